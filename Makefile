@@ -1,0 +1,39 @@
+EXTENSION = outbox
+EXTVERSION = 0.1.0
+
+MODULE_big = outbox
+OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/drop_database.o \
+       src/worker.o src/batch.o src/producer.o src/envelope.o src/outbox.pb-c.o
+
+DATA = sql/$(EXTENSION)--$(EXTVERSION).sql
+DOCS = README.md
+
+# sql/ also holds the install script, so the tests are named here.
+REGRESS = send bad_input dead_letter privileges
+REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
+TAP_TESTS = 1
+
+PG_CPPFLAGS = -Isrc -Wall -Wextra -Werror -Wno-unused-parameter \
+              -Wno-missing-field-initializers
+SHLIB_LINK = -lrdkafka -lprotobuf-c
+
+EXTRA_CLEAN = src/outbox.pb-c.c src/outbox.pb-c.h tools/outbox-broker tmp_check_regress
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The envelope's C code is generated from proto/outbox.proto, never committed.
+src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
+	protoc-c --proto_path=proto --c_out=src $<
+
+src/envelope.o: src/outbox.pb-c.h
+
+# protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug
+src/envelope.o src/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces
+
+# The Kafka-protocol broker the tests and the demo run against.
+tools/outbox-broker: tools/outbox_broker.c
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $< -lrdkafka -lpthread
+
+all: tools/outbox-broker

@@ -1,0 +1,480 @@
+/*
+ * batch.c
+ *		The worker's SQL: find the extension, read a batch of committed
+ *		events of one shard, and settle the batch afterwards (delete what
+ *		Kafka acknowledged, record failures, move dead letters). Each step
+ *		is one short transaction, so no snapshot stays open while the
+ *		worker waits for Kafka.
+ *
+ * Statements are prepared once per extension schema and kept as saved SPI
+ * plans; they are rebuilt only when the extension is dropped and created
+ * again.
+ */
+#include "outbox.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+typedef struct Plans
+{
+	SPIPlanPtr	read;			/* next events, no key held back */
+	SPIPlanPtr	read_holding;	/* next events, keys behind a retry skipped */
+	SPIPlanPtr	held;			/* events waiting for their retry time */
+	SPIPlanPtr	delete;
+	SPIPlanPtr	record_failures;
+	SPIPlanPtr	dead_letter;
+	SPIPlanPtr	reshard;
+} Plans;
+
+static SPIPlanPtr extension_plan = NULL;
+static Oid	plans_extension_oid = InvalidOid;
+static Plans plans;
+
+/* Most waiting events whose keys one read holds back. */
+#define MAX_HELD 10000
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "outbox: SPI_prepare failed (%s): %s",
+			 SPI_result_code_string(SPI_result), sql);
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "outbox: SPI_keepplan failed");
+	return plan;
+}
+
+static void
+free_plan(SPIPlanPtr *plan)
+{
+	if (*plan != NULL)
+		SPI_freeplan(*plan);
+	*plan = NULL;
+}
+
+void
+outbox_forget_plans(void)
+{
+	free_plan(&plans.read);
+	free_plan(&plans.read_holding);
+	free_plan(&plans.held);
+	free_plan(&plans.delete);
+	free_plan(&plans.record_failures);
+	free_plan(&plans.dead_letter);
+	free_plan(&plans.reshard);
+	plans_extension_oid = InvalidOid;
+}
+
+static void
+prepare_plans(const char *schema)
+{
+	const char *s = quote_identifier(schema);
+	Oid			read_args[] = {INT4OID, INT8OID, INT4OID};
+	Oid			holding_args[] = {INT4OID, INT8OID, INT4OID, BYTEAARRAYOID, INT8ARRAYOID};
+	Oid			shard_arg[] = {INT4OID};
+	Oid			ids_args[] = {INT4OID, INT8ARRAYOID};
+	Oid			failure_args[] = {INT4OID, INT8ARRAYOID, TEXTARRAYOID, BOOLARRAYOID,
+	INT4OID, INT4OID};
+	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
+	Oid			reshard_args[] = {INT4OID, INT4OID};
+	const char *columns = "id, topic, key, payload, headers, created_at";
+
+	plans.read = prepare(psprintf(
+								  "SELECT %s FROM %s.outbox"
+								  " WHERE shard = $1 AND id >= $2"
+								  " AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
+								  " ORDER BY id LIMIT $3", columns, s),
+						 3, read_args);
+	plans.read_holding = prepare(psprintf(
+										  "SELECT %s FROM %s.outbox o"
+										  " WHERE shard = $1 AND id >= $2"
+										  " AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
+										  " AND NOT EXISTS (SELECT FROM unnest($4, $5) AS h(key, id)"
+										  "   WHERE o.key = h.key AND o.id > h.id)"
+										  " ORDER BY id LIMIT $3", columns, s),
+								 5, holding_args);
+	plans.held = prepare(psprintf(
+								  "SELECT key, id FROM %s.outbox"
+								  " WHERE shard = $1 AND next_attempt_at > now()"
+								  " ORDER BY id LIMIT %d", s, MAX_HELD),
+						 1, shard_arg);
+	plans.delete = prepare(psprintf(
+									"DELETE FROM %s.outbox WHERE shard = $1 AND id = ANY($2)", s),
+						   2, ids_args);
+
+	/*
+	 * A refused event counts an attempt and waits longer each time; one
+	 * Kafka will take later waits the shortest back-off, uncounted.
+	 */
+	plans.record_failures = prepare(psprintf(
+											 "UPDATE %s.outbox o SET"
+											 " attempts = o.attempts + f.permanent::int,"
+											 " last_error = f.error,"
+											 " last_attempt_at = now(),"
+											 " next_attempt_at = now() + interval '1 ms' *"
+											 "   CASE WHEN f.permanent"
+											 "   THEN least($6::float8, $5 * power(2::float8, o.attempts))"
+											 "   ELSE $5 END"
+											 " FROM unnest($2, $3, $4) AS f(id, error, permanent)"
+											 " WHERE o.shard = $1 AND o.id = f.id", s),
+									6, failure_args);
+	plans.dead_letter = prepare(psprintf(
+										 "WITH moved AS ("
+										 " DELETE FROM %s.outbox WHERE shard = $1 AND id = ANY($2)"
+										 " AND attempts >= $3"
+										 " RETURNING id, topic, key, payload, headers, created_at,"
+										 " attempts, last_error)"
+										 " INSERT INTO %s.outbox_dead_letter"
+										 " (id, topic, key, payload, headers, created_at, attempts,"
+										 " last_error, failed_at)"
+										 " SELECT *, now() FROM moved", s, s),
+								3, dead_args);
+	plans.reshard = prepare(psprintf(
+									 "UPDATE %s.outbox SET shard = $1"
+									 " WHERE shard >= $2 AND %s.outbox_shard_of(key, id) = $1", s, s),
+							2, reshard_args);
+}
+
+/*
+ * Finds the extension in this database; (re)prepares the plans if it was
+ * created again. Returns false while it is absent. Runs inside a step.
+ */
+static bool
+find_extension(void)
+{
+	Oid			extension_oid;
+	char	   *schema;
+	bool		isnull;
+
+	if (extension_plan == NULL)
+		extension_plan = prepare("SELECT e.oid, n.nspname FROM pg_catalog.pg_extension e"
+								 " JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
+								 " WHERE e.extname = 'outbox'", 0, NULL);
+	if (SPI_execute_plan(extension_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: looking up the extension failed");
+	if (SPI_processed == 0)
+	{
+		if (OidIsValid(plans_extension_oid))
+			outbox_forget_plans();
+		return false;
+	}
+
+	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+	if (extension_oid != plans_extension_oid)
+	{
+		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		outbox_forget_plans();
+		prepare_plans(schema);
+		plans_extension_oid = extension_oid;
+	}
+	return true;
+}
+
+/* The transaction bracket every step runs in. */
+static void
+begin_step(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "outbox: SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+end_step(MemoryContext caller_context)
+{
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	/* CommitTransactionCommand leaves us in TopMemoryContext */
+	MemoryContextSwitchTo(caller_context);
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+static ArrayType *
+int8_array(int64 *values, int n)
+{
+	Datum	   *datums = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		datums[i] = Int64GetDatum(values[i]);
+	return construct_array(datums, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+static void
+copy_headers(OutboxEvent *event, Jsonb *headers)
+{
+	JsonbIterator *it = JsonbIteratorInit(&headers->root);
+	JsonbValue	v;
+	JsonbIteratorToken token;
+	int			n = JB_ROOT_COUNT(headers);
+	int			i = 0;
+
+	event->header_names = palloc(sizeof(char *) * Max(n, 1));
+	event->header_values = palloc(sizeof(char *) * Max(n, 1));
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (token == WJB_KEY)
+			event->header_names[i] = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (token == WJB_VALUE && v.type == jbvString)
+			event->header_values[i++] = pnstrdup(v.val.string.val, v.val.string.len);
+	}
+	event->nheaders = i;
+}
+
+static void
+copy_bytes(Datum datum, char **data, int *len)
+{
+	bytea	   *value = DatumGetByteaPP(datum);
+
+	*len = VARSIZE_ANY_EXHDR(value);
+	*data = palloc(*len + 1);
+	memcpy(*data, VARDATA_ANY(value), *len);
+	(*data)[*len] = '\0';
+}
+
+/* Copies the rows SPI returned into the batch, in the batch's context. */
+static void
+copy_events(OutboxBatch *batch, MemoryContext batch_context)
+{
+	MemoryContext old = MemoryContextSwitchTo(batch_context);
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+
+	batch->nevents = SPI_processed;
+	batch->events = palloc0(sizeof(OutboxEvent) * Max(batch->nevents, 1));
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		OutboxEvent *event = &batch->events[i];
+		bool		isnull;
+		Datum		value;
+
+		event->id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+		event->topic = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+		value = SPI_getbinval(row, desc, 3, &event->key_isnull);
+		if (!event->key_isnull)
+			copy_bytes(value, &event->key, &event->keylen);
+		copy_bytes(SPI_getbinval(row, desc, 4, &isnull),
+				   &event->payload, &event->payloadlen);
+		value = SPI_getbinval(row, desc, 5, &isnull);
+		if (!isnull)
+			copy_headers(event, DatumGetJsonbP(value));
+		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
+		event->outcome = EVENT_SKIPPED;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Reads the keys of events waiting for a retry: later events with those
+ * keys must wait behind them. Returns how many keys hold others back.
+ */
+static int
+read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *min_id)
+{
+	Datum		args[1] = {Int32GetDatum(shard)};
+	Datum	   *key_datums;
+	int64	   *id_values;
+	int			n;
+	int			nkeys = 0;
+
+	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: reading events waiting for a retry failed");
+	n = SPI_processed;
+	*min_id = PG_INT64_MAX;
+	if (n == 0)
+		return 0;
+
+	key_datums = palloc(sizeof(Datum) * n);
+	id_values = palloc(sizeof(int64) * n);
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		bool		key_isnull;
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+		Datum		key = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &key_isnull);
+
+		*min_id = Min(*min_id, id);
+		/* an event without a key holds nothing back */
+		if (key_isnull)
+			continue;
+		key_datums[nkeys] = key;
+		id_values[nkeys] = id;
+		nkeys++;
+	}
+	*keys = construct_array(key_datums, nkeys, BYTEAOID, -1, false, TYPALIGN_INT);
+	*ids = int8_array(id_values, nkeys);
+	return nkeys;
+}
+
+/*
+ * Reads the next events of a shard: those committed with id >= the scan
+ * start, in id order, that are due and not behind a retry of their key.
+ * The scan starts at the worker's cursor, or lower if a transaction still
+ * open can commit a lower id, or at 0 after a rewind. Returns false while
+ * the extension does not exist.
+ */
+bool
+outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
+				  uint64 *rewind_generation)
+{
+	MemoryContext batch_context = CurrentMemoryContext;
+	ArrayType  *held_keys = NULL;
+	ArrayType  *held_ids = NULL;
+	uint64		generation;
+	int			nheld;
+	int			ret;
+
+	memset(batch, 0, sizeof(*batch));
+	begin_step("outbox: reading a batch");
+	if (!find_extension())
+	{
+		end_step(batch_context);
+		return false;
+	}
+	nheld = read_held(shard, &held_keys, &held_ids, &batch->held_min_id);
+
+	batch->floor = outbox_take_snapshot_floor(&generation);
+	batch->scan_from = Min(cursor, batch->floor);
+	if (generation != *rewind_generation)
+		batch->scan_from = 0;
+	*rewind_generation = generation;
+
+	{
+		Datum		args[5] = {Int32GetDatum(shard), Int64GetDatum(batch->scan_from),
+		Int32GetDatum(limit), PointerGetDatum(held_keys), PointerGetDatum(held_ids)};
+
+		ret = SPI_execute_plan(nheld > 0 ? plans.read_holding : plans.read,
+							   args, NULL, true, 0);
+	}
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "outbox: reading a batch failed");
+	copy_events(batch, batch_context);
+	batch->reached_end = batch->nevents < limit;
+	PopActiveSnapshot();		/* the floor's snapshot */
+	end_step(batch_context);
+	return true;
+}
+
+static void
+delete_delivered(OutboxBatch *batch, int shard)
+{
+	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
+	int			n = 0;
+	Datum		args[2];
+
+	for (int i = 0; i < batch->nevents; i++)
+		if (batch->events[i].outcome == EVENT_DELIVERED)
+			ids[n++] = batch->events[i].id;
+	if (n == 0)
+		return;
+	args[0] = Int32GetDatum(shard);
+	args[1] = PointerGetDatum(int8_array(ids, n));
+	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox: deleting delivered events failed");
+}
+
+static bool
+is_failure(EventOutcome outcome)
+{
+	return outcome == EVENT_FAILED_RETRIABLE || outcome == EVENT_FAILED_PERMANENT;
+}
+
+/* Records failures; moves events out of attempts to the dead letters. */
+static void
+record_failures(OutboxBatch *batch, int shard)
+{
+	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
+	Datum	   *errors = palloc(sizeof(Datum) * Max(batch->nevents, 1));
+	Datum	   *permanent = palloc(sizeof(Datum) * Max(batch->nevents, 1));
+	int			n = 0;
+	Datum		args[6];
+
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		OutboxEvent *event = &batch->events[i];
+
+		if (!is_failure(event->outcome))
+			continue;
+		ids[n] = event->id;
+		errors[n] = CStringGetTextDatum(event->error ? event->error : "unknown error");
+		permanent[n] = BoolGetDatum(event->outcome == EVENT_FAILED_PERMANENT);
+		n++;
+	}
+	if (n == 0)
+		return;
+
+	args[0] = Int32GetDatum(shard);
+	args[1] = PointerGetDatum(int8_array(ids, n));
+	args[2] = PointerGetDatum(construct_array(errors, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[3] = PointerGetDatum(construct_array(permanent, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	args[4] = Int32GetDatum(outbox_retry_backoff_min_ms);
+	args[5] = Int32GetDatum(Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms));
+	if (SPI_execute_plan(plans.record_failures, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "outbox: recording failed deliveries failed");
+
+	args[2] = Int32GetDatum(outbox_max_attempts);
+	if (SPI_execute_plan(plans.dead_letter, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "outbox: moving events to the dead letters failed");
+	if (SPI_processed > 0)
+		ereport(WARNING,
+				(errmsg("outbox shard %d: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
+						shard, (uint64) SPI_processed, outbox_max_attempts)));
+}
+
+/*
+ * Settles a batch in one transaction: Kafka's acknowledgements become
+ * deletes, failures become retry times or dead letters.
+ */
+void
+outbox_finish_batch(OutboxBatch *batch, int shard)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+
+	begin_step("outbox: settling a batch");
+	if (!find_extension())
+		elog(ERROR, "outbox: the extension was dropped while a batch was in flight");
+	delete_delivered(batch, shard);
+	record_failures(batch, shard);
+	end_step(caller_context);
+}
+
+/*
+ * Moves events of shards that no longer exist (outbox.shards was lowered)
+ * to the shard their key now maps to, if that is this one. Only this
+ * worker writes into its shard this way, before it reads it, so it cannot
+ * pass over them.
+ */
+int
+outbox_reshard_orphans(int shard)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	Datum		args[2] = {Int32GetDatum(shard), Int32GetDatum(outbox_shards)};
+	int			moved = 0;
+
+	begin_step("outbox: adopting events of removed shards");
+	if (find_extension())
+	{
+		if (SPI_execute_plan(plans.reshard, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "outbox: adopting events of removed shards failed");
+		moved = SPI_processed;
+	}
+	end_step(caller_context);
+	return moved;
+}

@@ -1,0 +1,151 @@
+/*
+ * outbox.h
+ *		Declarations shared by pg_outbox's source files: settings, shared
+ *		state, the batch a worker delivers, and the pieces that act on it.
+ */
+#ifndef OUTBOX_H
+#define OUTBOX_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+#include "utils/jsonb.h"
+
+/* outbox.shards is capped so a transaction can track its shards in a mask */
+#define OUTBOX_MAX_SHARDS 64
+
+/* Kafka header that carries the event id on every message */
+#define OUTBOX_ID_HEADER "outbox-id"
+
+typedef enum OutboxMessageFormat
+{
+	OUTBOX_FORMAT_ENVELOPE,
+	OUTBOX_FORMAT_PAYLOAD
+} OutboxMessageFormat;
+
+/* settings.c */
+extern char *outbox_brokers;
+extern char *outbox_database;
+extern int	outbox_shards;
+extern int	outbox_batch_size;
+extern int	outbox_poll_interval_ms;
+extern int	outbox_max_message_bytes;
+extern int	outbox_message_format;
+extern char *outbox_kafka_config;
+extern bool outbox_enabled;
+extern int	outbox_retry_backoff_min_ms;
+extern int	outbox_retry_backoff_max_ms;
+extern int	outbox_max_attempts;
+extern int	outbox_shutdown_timeout_ms;
+
+extern void outbox_define_settings(void);
+
+/*
+ * Applies each "name=value" of outbox.kafka_config through set_property.
+ * Returns false with *error set (palloc'd) on the first failure.
+ */
+typedef bool (*KafkaPropertySetter) (void *target, const char *name,
+									 const char *value, char **error);
+extern bool outbox_apply_kafka_config(const char *config, void *target,
+									  KafkaPropertySetter set_property,
+									  char **error);
+
+/* shmem.c */
+extern bool outbox_shmem_available(void);
+extern void outbox_shmem_install_hooks(void);
+extern int64 outbox_next_id_registered(Oid sequence);
+extern void outbox_register_reinsert(int64 min_id);
+extern void outbox_clear_inflight(void);
+extern int64 outbox_take_snapshot_floor(uint64 *rewind_generation);
+extern void outbox_wake_shards(uint64 shard_mask);
+extern void outbox_worker_attach(int shard);
+extern int	outbox_worker_pid(int shard);
+extern int	outbox_connect_failures(int shard);
+extern void outbox_set_connect_failures(int shard, int failures);
+extern void outbox_set_drop_pending(int pid);
+extern bool outbox_drop_pending(void);
+
+/* send.c */
+extern void outbox_install_xact_callback(void);
+extern int	outbox_shard_for(const char *key, int keylen, bool key_isnull,
+							 int64 id, int nshards);
+
+/* drop_database.c */
+extern void outbox_install_utility_hook(void);
+
+/* worker.c */
+extern void outbox_register_workers(void);
+PGDLLEXPORT void outbox_worker_main(Datum main_arg);
+
+/* One event of a batch, copied out of SPI into the batch's memory context. */
+typedef enum EventOutcome
+{
+	EVENT_SKIPPED,				/* not produced this pass: held back */
+	EVENT_IN_FLIGHT,
+	EVENT_DELIVERED,
+	EVENT_FAILED_RETRIABLE,		/* Kafka will take it later: no attempt counted */
+	EVENT_FAILED_PERMANENT		/* counts an attempt; may become a dead letter */
+} EventOutcome;
+
+typedef struct OutboxEvent
+{
+	int64		id;
+	char	   *topic;
+	char	   *key;
+	int			keylen;
+	bool		key_isnull;
+	char	   *payload;
+	int			payloadlen;
+	int			nheaders;
+	char	  **header_names;
+	char	  **header_values;
+	TimestampTz created_at;
+	EventOutcome outcome;
+	const char *error;			/* set with a FAILED outcome */
+} OutboxEvent;
+
+typedef struct OutboxBatch
+{
+	int			nevents;
+	OutboxEvent *events;
+	int			in_flight;		/* produced, delivery report not yet served */
+	int64		scan_from;		/* the read covered ids from here */
+	int64		floor;			/* lowest id an open transaction can commit */
+	int64		held_min_id;	/* lowest id waiting for its retry time */
+	bool		reached_end;	/* read every visible row from scan_from */
+} OutboxBatch;
+
+/* batch.c: the worker's SQL, as saved plans */
+typedef struct OutboxSchemaState
+{
+	Oid			extension_oid;	/* InvalidOid while the extension is absent */
+	char	   *schema;
+} OutboxSchemaState;
+
+extern bool outbox_lookup_extension(OutboxSchemaState *state);
+extern void outbox_forget_plans(void);
+extern int	outbox_reshard_orphans(int shard);
+extern bool outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor,
+							  int limit, uint64 *rewind_generation);
+extern void outbox_finish_batch(OutboxBatch *batch, int shard);
+
+/* producer.c */
+typedef struct OutboxProducer OutboxProducer;
+
+extern OutboxProducer *outbox_producer_create(int shard, char **error);
+extern void outbox_producer_destroy(OutboxProducer *producer);
+extern bool outbox_producer_produce(OutboxProducer *producer,
+									OutboxBatch *batch, OutboxEvent *event,
+									const void *value, size_t valuelen);
+extern void outbox_producer_serve(OutboxProducer *producer, int timeout_ms);
+extern void outbox_producer_purge(OutboxProducer *producer);
+extern bool outbox_producer_is_fatal(OutboxProducer *producer);
+extern void outbox_producer_report_state(OutboxProducer *producer);
+
+/* envelope.c */
+extern void outbox_envelope_init(const char *database);
+extern const void *outbox_envelope_encode(const OutboxEvent *event,
+										  size_t *len);
+
+#endif							/* OUTBOX_H */

@@ -1,0 +1,324 @@
+/*
+ * producer.c
+ *		The worker's Kafka producer: builds the librdkafka handle from the
+ *		settings, produces events, serves delivery reports, and sorts each
+ *		failure into "Kafka will take it later" or "Kafka refuses it".
+ *
+ * Rules that keep the server safe (see the README): the handle is created
+ * in the worker, never before fork; librdkafka's logs, errors and delivery
+ * reports reach us only through rd_kafka_poll/flush on this thread (log
+ * queue), and the callbacks only record what happened: they never ereport.
+ */
+#include "outbox.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+/* Every librdkafka call that can fail goes through this check. */
+#define KAFKA_CONF_SET(conf, name, value) \
+	do { \
+		char		errstr_[512]; \
+		if (rd_kafka_conf_set((conf), (name), (value), errstr_, sizeof(errstr_)) != RD_KAFKA_CONF_OK) \
+		{ \
+			*error = psprintf("%s=%s: %s", (name), (value), errstr_); \
+			rd_kafka_conf_destroy(conf); \
+			return NULL; \
+		} \
+	} while (0)
+
+struct OutboxProducer
+{
+	rd_kafka_t *rk;
+	int			shard;
+	OutboxBatch *batch;			/* whose reports are being served */
+	rd_kafka_resp_err_t last_error;	/* from error_cb, not yet logged */
+	char		last_reason[512];
+	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
+	bool		unreachable;	/* logged "unreachable", not yet recovered */
+};
+
+/* Errors after which Kafka will accept the same event later. */
+static bool
+is_retriable(rd_kafka_resp_err_t err)
+{
+	switch (err)
+	{
+		case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+		case RD_KAFKA_RESP_ERR__TIMED_OUT:
+		case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+		case RD_KAFKA_RESP_ERR__TRANSPORT:
+		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+		case RD_KAFKA_RESP_ERR__RESOLVE:
+		case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+		case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+		case RD_KAFKA_RESP_ERR__FATAL:
+		case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+		case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+		case RD_KAFKA_RESP_ERR__NODE_UPDATE:
+		case RD_KAFKA_RESP_ERR__STATE:
+		case RD_KAFKA_RESP_ERR__ISR_INSUFF:
+		case RD_KAFKA_RESP_ERR__INCONSISTENT:
+		case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+		case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+		case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+		case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+		case RD_KAFKA_RESP_ERR_REPLICA_NOT_AVAILABLE:
+		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+		case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+		case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+		case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
+		case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
+		case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
+		case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
+		case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+		case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+		case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+		case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
+		case RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS:
+			return true;
+		default:
+			return false;
+	}
+}
+
+static void
+record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
+{
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		event->outcome = EVENT_DELIVERED;
+		return;
+	}
+	event->outcome = is_retriable(err) ? EVENT_FAILED_RETRIABLE : EVENT_FAILED_PERMANENT;
+	/* librdkafka's descriptions are static strings */
+	event->error = rd_kafka_err2str(err);
+}
+
+/* Served on this thread from poll/flush: records, never reports. */
+static void
+on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
+{
+	OutboxProducer *producer = (OutboxProducer *) opaque;
+	OutboxEvent *event = (OutboxEvent *) message->_private;
+
+	record_outcome(event, message->err);
+	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		producer->unreachable = false;
+	if (producer->batch != NULL)
+		producer->batch->in_flight--;
+}
+
+static void
+on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	OutboxProducer *producer = (OutboxProducer *) opaque;
+
+	producer->last_error = (rd_kafka_resp_err_t) err;
+	strlcpy(producer->last_reason, reason, sizeof(producer->last_reason));
+}
+
+/* librdkafka's own chatter (reconnect attempts...) stays at DEBUG1. */
+static void
+on_log(const rd_kafka_t *rk, int level, const char *facility, const char *message)
+{
+	ereport(DEBUG1,
+			(errmsg_internal("outbox: librdkafka %s: %s", facility, message)));
+}
+
+static bool
+set_user_property(void *target, const char *name, const char *value, char **error)
+{
+	char		errstr[512];
+
+	if (rd_kafka_conf_set((rd_kafka_conf_t *) target, name, value,
+						  errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+	{
+		*error = psprintf("outbox.kafka_config: %s", errstr);
+		return false;
+	}
+	return true;
+}
+
+static rd_kafka_conf_t *
+build_conf(OutboxProducer *producer, char **error)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		value[64];
+
+	KAFKA_CONF_SET(conf, "bootstrap.servers", outbox_brokers);
+	snprintf(value, sizeof(value), "pg_outbox-shard-%d", producer->shard);
+	KAFKA_CONF_SET(conf, "client.id", value);
+	/* the documented way to keep partition order through retries */
+	KAFKA_CONF_SET(conf, "enable.idempotence", "true");
+	/* a message lost after a later one was written is fatal, not a gap */
+	KAFKA_CONF_SET(conf, "enable.gapless.guarantee", "true");
+	/* places keys on the partitions the Java client would choose */
+	KAFKA_CONF_SET(conf, "partitioner", "murmur2_random");
+	KAFKA_CONF_SET(conf, "log.queue", "true");
+	KAFKA_CONF_SET(conf, "linger.ms", "5");
+	/* back within about a second of Kafka's return, not ten */
+	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", "1000");
+	snprintf(value, sizeof(value), "%d",
+			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
+	KAFKA_CONF_SET(conf, "message.max.bytes", value);
+
+	if (!outbox_apply_kafka_config(outbox_kafka_config, conf, set_user_property, error))
+	{
+		rd_kafka_conf_destroy(conf);
+		return NULL;
+	}
+
+	rd_kafka_conf_set_opaque(conf, producer);
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_error_cb(conf, on_error);
+	rd_kafka_conf_set_log_cb(conf, on_log);
+	return conf;
+}
+
+/* Returns NULL with *error set when the settings are refused. */
+OutboxProducer *
+outbox_producer_create(int shard, char **error)
+{
+	OutboxProducer *producer = MemoryContextAllocZero(TopMemoryContext, sizeof(OutboxProducer));
+	rd_kafka_conf_t *conf;
+	char		errstr[512];
+
+	producer->shard = shard;
+	conf = build_conf(producer, error);
+	if (conf == NULL)
+	{
+		pfree(producer);
+		return NULL;
+	}
+	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (producer->rk == NULL)
+	{
+		rd_kafka_conf_destroy(conf);
+		*error = pstrdup(errstr);
+		pfree(producer);
+		return NULL;
+	}
+	rd_kafka_set_log_queue(producer->rk, NULL);
+	return producer;
+}
+
+void
+outbox_producer_destroy(OutboxProducer *producer)
+{
+	outbox_producer_purge(producer);
+	rd_kafka_destroy(producer->rk);
+	pfree(producer);
+}
+
+static rd_kafka_headers_t *
+build_headers(const OutboxEvent *event)
+{
+	rd_kafka_headers_t *headers = rd_kafka_headers_new(event->nheaders + 1);
+	char		id[32];
+
+	for (int i = 0; i < event->nheaders; i++)
+		rd_kafka_header_add(headers, event->header_names[i], -1,
+							event->header_values[i], -1);
+	snprintf(id, sizeof(id), INT64_FORMAT, event->id);
+	rd_kafka_header_add(headers, OUTBOX_ID_HEADER, -1, id, -1);
+	return headers;
+}
+
+/*
+ * Hands one event to librdkafka. Returns false if it was refused at once
+ * (the outcome is recorded on the event): the caller must then hold back
+ * the rest of its key.
+ */
+bool
+outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
+						OutboxEvent *event, const void *value, size_t valuelen)
+{
+	rd_kafka_resp_err_t err;
+
+	producer->batch = batch;
+	for (;;)
+	{
+		rd_kafka_headers_t *headers = build_headers(event);
+
+		err = rd_kafka_producev(producer->rk,
+								RD_KAFKA_V_TOPIC(event->topic),
+								RD_KAFKA_V_KEY(event->key_isnull ? NULL : event->key,
+											   event->key_isnull ? 0 : (size_t) event->keylen),
+								RD_KAFKA_V_VALUE((void *) value, valuelen),
+								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								RD_KAFKA_V_HEADERS(headers),
+								RD_KAFKA_V_OPAQUE(event),
+								RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			break;
+		rd_kafka_headers_destroy(headers);
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		{
+			record_outcome(event, err);
+			return false;
+		}
+		/* librdkafka's queue is full: let deliveries drain it */
+		rd_kafka_poll(producer->rk, 10);
+		CHECK_FOR_INTERRUPTS();
+	}
+	event->outcome = EVENT_IN_FLIGHT;
+	batch->in_flight++;
+	return true;
+}
+
+/* Sends what is queued now (ignoring linger) and serves reports. */
+void
+outbox_producer_serve(OutboxProducer *producer, int timeout_ms)
+{
+	rd_kafka_flush(producer->rk, timeout_ms);
+}
+
+/* Drops everything queued or in flight; their reports say "purged". */
+void
+outbox_producer_purge(OutboxProducer *producer)
+{
+	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	rd_kafka_poll(producer->rk, 0);
+	/* purged in-flight reports can take a moment to come back */
+	for (int i = 0; i < 50 && producer->batch != NULL && producer->batch->in_flight > 0; i++)
+		rd_kafka_poll(producer->rk, 100);
+	producer->batch = NULL;
+}
+
+bool
+outbox_producer_is_fatal(OutboxProducer *producer)
+{
+	return rd_kafka_fatal_error(producer->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/*
+ * Logs what error_cb recorded, once per kind of error rather than once
+ * per retry, and Kafka's return after it was unreachable.
+ */
+void
+outbox_producer_report_state(OutboxProducer *producer)
+{
+	rd_kafka_resp_err_t err = producer->last_error;
+
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != producer->logged_error)
+	{
+		ereport(LOG,
+				(errmsg("outbox shard %d: Kafka error: %s", producer->shard,
+						producer->last_reason),
+				 errdetail("librdkafka error %s; the worker keeps the events and retries.",
+						   rd_kafka_err2name(err))));
+		producer->logged_error = err;
+		producer->unreachable = true;
+	}
+	else if (!producer->unreachable && producer->logged_error != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		ereport(LOG,
+				(errmsg("outbox shard %d: Kafka accepts events again", producer->shard)));
+		producer->logged_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+	}
+	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+}

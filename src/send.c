@@ -1,0 +1,439 @@
+/*
+ * send.c
+ *		outbox_send(): checks an event where it enters and inserts it into
+ *		the outbox in the caller's transaction; at commit, wakes the workers
+ *		of the shards it touched.
+ *
+ * The row is inserted directly (heap and its one index) rather than
+ * through SPI: this is what keeps outbox_send() close to the cost of a
+ * plain INSERT, and it lets an application role call outbox_send() without
+ * any privilege on the table itself.
+ */
+#include "outbox.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "commands/dbcommands.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+PG_FUNCTION_INFO_V1(outbox_send_jsonb);
+PG_FUNCTION_INFO_V1(outbox_send_text);
+PG_FUNCTION_INFO_V1(outbox_send_bytea);
+PG_FUNCTION_INFO_V1(outbox_shard_of);
+PG_FUNCTION_INFO_V1(outbox_prepare_reinsert);
+
+#define KAFKA_MAX_TOPIC_LENGTH 249
+
+/* Columns of the outbox table, in order (see the install script). */
+enum
+{
+	COL_ID, COL_SHARD, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS,
+	COL_CREATED_AT, COL_ATTEMPTS, COL_LAST_ERROR, COL_LAST_ATTEMPT_AT,
+	COL_NEXT_ATTEMPT_AT, OUTBOX_NCOLUMNS
+};
+
+/* The extension's objects, looked up once per call site. */
+typedef struct SendTarget
+{
+	Oid			table;
+	Oid			index;
+	Oid			sequence;
+	IndexInfo  *index_info;
+} SendTarget;
+
+/* What this transaction has sent, for the commit callback. */
+static uint64 touched_shards = 0;
+static bool sent_this_xact = false;
+
+static bool warned_not_delivered = false;
+
+static void
+check_topic(text *topic)
+{
+	const char *name = VARDATA_ANY(topic);
+	int			len = VARSIZE_ANY_EXHDR(topic);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outbox topic must not be empty")));
+	if (len > KAFKA_MAX_TOPIC_LENGTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outbox topic is %d characters long, Kafka allows at most %d",
+						len, KAFKA_MAX_TOPIC_LENGTH)));
+	if ((len == 1 && name[0] == '.') ||
+		(len == 2 && name[0] == '.' && name[1] == '.'))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outbox topic must not be \".\" or \"..\"")));
+	for (int i = 0; i < len; i++)
+	{
+		char		c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox topic \"%s\" contains a character Kafka does not allow",
+							text_to_cstring(topic)),
+					 errhint("Topic names may use only ASCII letters, digits, '.', '_' and '-'.")));
+	}
+}
+
+/* Headers must be a flat JSON object of strings, without our own name. */
+static void
+check_headers(Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken token;
+
+	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outbox headers must be a JSON object of strings")));
+
+	it = JsonbIteratorInit(&headers->root);
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (token == WJB_KEY &&
+			v.val.string.len == strlen(OUTBOX_ID_HEADER) &&
+			strncmp(v.val.string.val, OUTBOX_ID_HEADER, v.val.string.len) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox header \"%s\" is reserved", OUTBOX_ID_HEADER),
+					 errdetail("Every message carries the event id in it.")));
+		if (token == WJB_VALUE && v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox headers must be a JSON object of strings"),
+					 errdetail("A header value is a JSON %s.",
+							   v.type == jbvBinary ? "object or array" :
+							   v.type == jbvNumeric ? "number" :
+							   v.type == jbvBool ? "boolean" : "null")));
+	}
+}
+
+static void
+check_payload_size(Size len)
+{
+	if (len > (Size) outbox_max_message_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("outbox payload is %zu bytes, more than outbox.max_message_bytes (%d)",
+						len, outbox_max_message_bytes)));
+}
+
+int
+outbox_shard_for(const char *key, int keylen, bool key_isnull, int64 id,
+				 int nshards)
+{
+	/* events without a key have no order to keep: spread them by id */
+	if (key_isnull)
+		return (int) ((uint64) id % (uint64) nshards);
+	return (int) (hash_bytes((const unsigned char *) key, keylen) % (uint32) nshards);
+}
+
+static void
+warn_if_not_delivered(void)
+{
+	char	   *dbname;
+
+	if (warned_not_delivered)
+		return;
+	warned_not_delivered = true;
+
+	if (!outbox_shmem_available())
+	{
+		ereport(WARNING,
+				(errmsg("outbox is not in shared_preload_libraries: no worker will deliver this event"),
+				 errhint("Add outbox to shared_preload_libraries and restart the server; events stay in the outbox until then.")));
+		return;
+	}
+	dbname = get_database_name(MyDatabaseId);
+	if (dbname != NULL && strcmp(dbname, outbox_database) != 0)
+		ereport(WARNING,
+				(errmsg("outbox workers serve database \"%s\", not \"%s\": no worker will deliver this event",
+						outbox_database, dbname),
+				 errhint("Set outbox.database to \"%s\" and restart the server.", dbname)));
+}
+
+static SendTarget *
+lookup_target(FunctionCallInfo fcinfo)
+{
+	SendTarget *target = (SendTarget *) fcinfo->flinfo->fn_extra;
+	Oid			namespace;
+	Relation	index;
+
+	if (target != NULL)
+		return target;
+
+	/* the table lives in the schema the function was created in */
+	namespace = get_func_namespace(fcinfo->flinfo->fn_oid);
+	target = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(SendTarget));
+	target->table = get_relname_relid("outbox", namespace);
+	target->index = get_relname_relid("outbox_pkey", namespace);
+	target->sequence = get_relname_relid("outbox_id_seq", namespace);
+	if (!OidIsValid(target->table) || !OidIsValid(target->index) ||
+		!OidIsValid(target->sequence))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the outbox extension's table is missing from schema \"%s\"",
+						get_namespace_name(namespace))));
+
+	index = index_open(target->index, AccessShareLock);
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		target->index_info = BuildIndexInfo(index);
+		MemoryContextSwitchTo(old);
+	}
+	index_close(index, AccessShareLock);
+
+	fcinfo->flinfo->fn_extra = target;
+	return target;
+}
+
+static int64
+insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
+			 const char *key, int keylen, bool key_isnull, Jsonb *headers)
+{
+	SendTarget *target = lookup_target(fcinfo);
+	Relation	rel;
+	Relation	index;
+	Datum		values[OUTBOX_NCOLUMNS];
+	bool		nulls[OUTBOX_NCOLUMNS];
+	Datum		index_values[2];
+	bool		index_nulls[2] = {false, false};
+	HeapTuple	tuple;
+	int64		id;
+	int			shard;
+
+	rel = table_open(target->table, RowExclusiveLock);
+	index = index_open(target->index, RowExclusiveLock);
+	if (RelationGetDescr(rel)->natts != OUTBOX_NCOLUMNS)
+		elog(ERROR, "outbox table has %d columns, expected %d",
+			 RelationGetDescr(rel)->natts, OUTBOX_NCOLUMNS);
+
+	id = outbox_next_id_registered(target->sequence);
+	shard = outbox_shard_for(key, keylen, key_isnull, id, outbox_shards);
+
+	memset(nulls, false, sizeof(nulls));
+	values[COL_ID] = Int64GetDatum(id);
+	values[COL_SHARD] = Int32GetDatum(shard);
+	values[COL_TOPIC] = PointerGetDatum(topic);
+	if (key_isnull)
+		nulls[COL_KEY] = true;
+	else
+	{
+		bytea	   *keydatum = (bytea *) palloc(VARHDRSZ + keylen);
+
+		SET_VARSIZE(keydatum, VARHDRSZ + keylen);
+		memcpy(VARDATA(keydatum), key, keylen);
+		values[COL_KEY] = PointerGetDatum(keydatum);
+	}
+	values[COL_PAYLOAD] = PointerGetDatum(payload);
+	values[COL_HEADERS] = PointerGetDatum(headers);
+	nulls[COL_HEADERS] = (headers == NULL);
+	values[COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[COL_ATTEMPTS] = Int32GetDatum(0);
+	nulls[COL_LAST_ERROR] = true;
+	nulls[COL_LAST_ATTEMPT_AT] = true;
+	nulls[COL_NEXT_ATTEMPT_AT] = true;
+
+	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	simple_heap_insert(rel, tuple);
+
+	index_values[0] = Int32GetDatum(shard);
+	index_values[1] = Int64GetDatum(id);
+	index_insert(index, index_values, index_nulls, &tuple->t_self, rel,
+				 UNIQUE_CHECK_YES,
+#if PG_VERSION_NUM >= 140000
+				 false,
+#endif
+				 target->index_info);
+
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+	heap_freetuple(tuple);
+
+	touched_shards |= UINT64CONST(1) << shard;
+	sent_this_xact = true;
+	return id;
+}
+
+/*
+ * The checks every variant shares: the transaction may write, the topic
+ * and headers are valid. The payload and key were read by the caller.
+ */
+static void
+check_common(FunctionCallInfo fcinfo, text **topic, Jsonb **headers)
+{
+	PreventCommandIfReadOnly("outbox_send()");
+	PreventCommandDuringRecovery("outbox_send()");
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("outbox topic must not be NULL")));
+	*topic = PG_GETARG_TEXT_PP(0);
+	check_topic(*topic);
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("outbox payload must not be NULL")));
+
+	*headers = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	if (*headers != NULL)
+		check_headers(*headers);
+
+	warn_if_not_delivered();
+}
+
+static bytea *
+bytes_to_bytea(const char *data, Size len)
+{
+	bytea	   *result = (bytea *) palloc(VARHDRSZ + len);
+
+	SET_VARSIZE(result, VARHDRSZ + len);
+	memcpy(VARDATA(result), data, len);
+	return result;
+}
+
+Datum
+outbox_send_jsonb(PG_FUNCTION_ARGS)
+{
+	text	   *topic;
+	Jsonb	   *headers;
+	Jsonb	   *payload;
+	char	   *json;
+	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+
+	check_common(fcinfo, &topic, &headers);
+	payload = PG_GETARG_JSONB_P(1);
+	json = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
+	check_payload_size(strlen(json));
+
+	PG_RETURN_INT64(insert_event(fcinfo, topic,
+								 bytes_to_bytea(json, strlen(json)),
+								 key ? VARDATA_ANY(key) : NULL,
+								 key ? VARSIZE_ANY_EXHDR(key) : 0,
+								 key == NULL, headers));
+}
+
+Datum
+outbox_send_text(PG_FUNCTION_ARGS)
+{
+	text	   *topic;
+	Jsonb	   *headers;
+	text	   *payload;
+	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+
+	check_common(fcinfo, &topic, &headers);
+	payload = PG_GETARG_TEXT_PP(1);
+	check_payload_size(VARSIZE_ANY_EXHDR(payload));
+
+	/* text and bytea share one representation: store it as it came */
+	PG_RETURN_INT64(insert_event(fcinfo, topic, (bytea *) payload,
+								 key ? VARDATA_ANY(key) : NULL,
+								 key ? VARSIZE_ANY_EXHDR(key) : 0,
+								 key == NULL, headers));
+}
+
+Datum
+outbox_send_bytea(PG_FUNCTION_ARGS)
+{
+	text	   *topic;
+	Jsonb	   *headers;
+	bytea	   *payload;
+	bytea	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_BYTEA_PP(2);
+
+	check_common(fcinfo, &topic, &headers);
+	payload = PG_GETARG_BYTEA_PP(1);
+	check_payload_size(VARSIZE_ANY_EXHDR(payload));
+
+	PG_RETURN_INT64(insert_event(fcinfo, topic, payload,
+								 key ? VARDATA_ANY(key) : NULL,
+								 key ? VARSIZE_ANY_EXHDR(key) : 0,
+								 key == NULL, headers));
+}
+
+/* The shard an event belongs to under the current outbox.shards. */
+Datum
+outbox_shard_of(PG_FUNCTION_ARGS)
+{
+	bytea	   *key = PG_ARGISNULL(0) ? NULL : PG_GETARG_BYTEA_PP(0);
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("outbox event id must not be NULL")));
+	PG_RETURN_INT32(outbox_shard_for(key ? VARDATA_ANY(key) : NULL,
+									 key ? VARSIZE_ANY_EXHDR(key) : 0,
+									 key == NULL, PG_GETARG_INT64(1),
+									 outbox_shards));
+}
+
+/*
+ * Announces that this transaction puts events with ids from min_id up back
+ * into the outbox (dead letters retried), so no worker passes over them.
+ */
+Datum
+outbox_prepare_reinsert(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		PG_RETURN_VOID();
+	outbox_register_reinsert(PG_GETARG_INT64(0));
+	touched_shards = ~UINT64CONST(0);
+	sent_this_xact = true;
+	PG_RETURN_VOID();
+}
+
+static void
+outbox_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (sent_this_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has called outbox_send()")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			/* after the commit is visible: a woken worker will see it */
+			outbox_clear_inflight();
+			if (touched_shards != 0)
+				outbox_wake_shards(touched_shards);
+			touched_shards = 0;
+			sent_this_xact = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			outbox_clear_inflight();
+			touched_shards = 0;
+			sent_this_xact = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+outbox_install_xact_callback(void)
+{
+	RegisterXactCallback(outbox_xact_callback, NULL);
+}

@@ -1,0 +1,232 @@
+/*
+ * settings.c
+ *		The outbox.* configuration parameters, and the checks that reject a
+ *		bad value when it is set or reloaded rather than later in a worker.
+ */
+#include "outbox.h"
+
+#include <librdkafka/rdkafka.h>
+
+#include "lib/stringinfo.h"
+#include "utils/guc.h"
+
+char	   *outbox_brokers = NULL;
+char	   *outbox_database = NULL;
+int			outbox_shards = 1;
+int			outbox_batch_size = 1000;
+int			outbox_poll_interval_ms = 1000;
+int			outbox_max_message_bytes = 1024 * 1024;
+int			outbox_message_format = OUTBOX_FORMAT_ENVELOPE;
+char	   *outbox_kafka_config = NULL;
+bool		outbox_enabled = true;
+int			outbox_retry_backoff_min_ms = 1000;
+int			outbox_retry_backoff_max_ms = 60000;
+int			outbox_max_attempts = 10;
+int			outbox_shutdown_timeout_ms = 5000;
+
+static const struct config_enum_entry message_format_options[] = {
+	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
+	{"payload", OUTBOX_FORMAT_PAYLOAD, false},
+	{NULL, 0, false}
+};
+
+/*
+ * Properties the worker sets itself: changing them would break delivery
+ * order, partition placement or the server's safety, so they are refused.
+ */
+static const char *const reserved_properties[] = {
+	"bootstrap.servers", "metadata.broker.list", "enable.idempotence",
+	"enable.gapless.guarantee", "partitioner", "log.queue",
+	"internal.termination.signal", "transactional.id", NULL
+};
+
+static bool
+is_reserved_property(const char *name)
+{
+	for (int i = 0; reserved_properties[i] != NULL; i++)
+		if (strcmp(reserved_properties[i], name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Splits "name=value,name=value" (a backslash escapes a comma or a
+ * backslash in a value, for passwords) and hands each pair to the setter.
+ */
+bool
+outbox_apply_kafka_config(const char *config, void *target,
+						  KafkaPropertySetter set_property, char **error)
+{
+	const char *p = config;
+
+	while (p != NULL && *p != '\0')
+	{
+		StringInfoData item;
+		char	   *eq;
+		char	   *name;
+		char	   *value;
+
+		initStringInfo(&item);
+		while (*p != '\0' && *p != ',')
+		{
+			if (*p == '\\' && (p[1] == ',' || p[1] == '\\'))
+				p++;
+			appendStringInfoChar(&item, *p++);
+		}
+		if (*p == ',')
+			p++;
+
+		name = item.data;
+		while (*name == ' ')
+			name++;
+		if (*name == '\0')
+			continue;
+		eq = strchr(name, '=');
+		if (eq == NULL || eq == name)
+		{
+			*error = psprintf("\"%s\" is not of the form name=value", name);
+			return false;
+		}
+		*eq = '\0';
+		value = eq + 1;
+		for (char *end = eq - 1; end > name && *end == ' '; end--)
+			*end = '\0';
+		if (is_reserved_property(name))
+		{
+			*error = psprintf("property \"%s\" is set by pg_outbox and cannot be changed here", name);
+			return false;
+		}
+		if (!set_property(target, name, value, error))
+			return false;
+	}
+	return true;
+}
+
+static bool
+set_on_rdkafka_conf(void *target, const char *name, const char *value,
+					char **error)
+{
+	char		errstr[512];
+
+	if (rd_kafka_conf_set((rd_kafka_conf_t *) target, name, value,
+						  errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+	{
+		*error = pstrdup(errstr);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Validates outbox.kafka_config against librdkafka itself. Building a
+ * configuration object starts no threads, so this is safe in the
+ * postmaster, where reloads are checked first.
+ */
+static bool
+check_kafka_config(char **newval, void **extra, GucSource source)
+{
+	rd_kafka_conf_t *conf;
+	char	   *error = NULL;
+	bool		ok;
+
+	if (*newval == NULL || **newval == '\0')
+		return true;
+
+	conf = rd_kafka_conf_new();
+	ok = outbox_apply_kafka_config(*newval, conf, set_on_rdkafka_conf, &error);
+	rd_kafka_conf_destroy(conf);
+	if (!ok)
+	{
+		GUC_check_errmsg("invalid outbox.kafka_config");
+		GUC_check_errdetail("%s", error);
+	}
+	return ok;
+}
+
+static bool
+check_brokers(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || **newval == '\0')
+	{
+		GUC_check_errdetail("outbox.brokers must list at least one host:port.");
+		return false;
+	}
+	return true;
+}
+
+static bool
+check_database(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || **newval == '\0')
+	{
+		GUC_check_errdetail("outbox.database must name a database.");
+		return false;
+	}
+	return true;
+}
+
+void
+outbox_define_settings(void)
+{
+	DefineCustomStringVariable("outbox.brokers",
+							   "Kafka bootstrap servers, host:port separated by commas.",
+							   NULL, &outbox_brokers, "localhost:9092",
+							   PGC_SIGHUP, 0, check_brokers, NULL, NULL);
+	DefineCustomStringVariable("outbox.database",
+							   "Database whose outbox the workers deliver.",
+							   NULL, &outbox_database, "postgres",
+							   PGC_POSTMASTER, 0, check_database, NULL, NULL);
+	DefineCustomIntVariable("outbox.shards",
+							"Number of delivery workers; events are spread over them by key.",
+							NULL, &outbox_shards, 1, 1, OUTBOX_MAX_SHARDS,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.batch_size",
+							"Most events a worker reads and produces at once.",
+							NULL, &outbox_batch_size, 1000, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.poll_interval",
+							"Longest a worker sleeps without a commit waking it.",
+							NULL, &outbox_poll_interval_ms, 1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.max_message_bytes",
+							"Largest payload outbox_send() accepts.",
+							NULL, &outbox_max_message_bytes, 1024 * 1024,
+							1, 1000000000,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomEnumVariable("outbox.message_format",
+							 "Kafka message value: the protobuf envelope or the raw payload.",
+							 NULL, &outbox_message_format, OUTBOX_FORMAT_ENVELOPE,
+							 message_format_options,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("outbox.kafka_config",
+							   "Extra librdkafka producer properties, name=value separated by commas.",
+							   NULL, &outbox_kafka_config, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   check_kafka_config, NULL, NULL);
+	DefineCustomBoolVariable("outbox.enabled",
+							 "Whether the workers deliver; off pauses delivery.",
+							 NULL, &outbox_enabled, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.retry_backoff_min",
+							"First wait before retrying after a failed delivery.",
+							NULL, &outbox_retry_backoff_min_ms, 1000, 1, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.retry_backoff_max",
+							"Longest wait between retries; waits double up to it.",
+							NULL, &outbox_retry_backoff_max_ms, 60000, 1, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.max_attempts",
+							"Attempts after which an event that Kafka refuses becomes a dead letter.",
+							NULL, &outbox_max_attempts, 10, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.shutdown_timeout",
+							"How long a stopping worker waits for Kafka's acknowledgements.",
+							NULL, &outbox_shutdown_timeout_ms, 5000, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("outbox");
+#else
+	EmitWarningsOnPlaceholders("outbox");
+#endif
+}

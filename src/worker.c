@@ -1,0 +1,471 @@
+/*
+ * worker.c
+ *		The delivery worker, one per shard: read a batch of committed
+ *		events, produce them, wait for Kafka's acknowledgements, delete what
+ *		was acknowledged, and sleep until a commit wakes it.
+ *
+ * The worker waits instead of exiting when the database is being dropped,
+ * the extension is absent, the server is in recovery, delivery is paused
+ * or Kafka is unreachable; an error in a pass is logged and the pass is
+ * retried after a back-off, so the worker never crash-loops.
+ */
+#include "outbox.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+/* Seconds the postmaster waits before restarting a worker that exited. */
+#define WORKER_RESTART_SECONDS 10
+
+/* Longest a worker waits for its database after failed connects. */
+#define MAX_CONNECT_BACKOFF_MS (60 * 1000)
+
+/* How often the wait for delivery reports looks at interrupts. */
+#define SERVE_SLICE_MS 100
+
+typedef enum WaitReason
+{
+	WAIT_NONE,
+	WAIT_DISABLED,
+	WAIT_RECOVERY,
+	WAIT_EXTENSION,
+	WAIT_PRODUCER
+} WaitReason;
+
+typedef struct WorkerState
+{
+	int			shard;
+	OutboxProducer *producer;
+	char	   *producer_settings;	/* what the producer was built from */
+	bool		rebuild_producer;	/* settings changed since */
+	int64		cursor;			/* every id below is read or can't appear */
+	uint64		rewind_generation;
+	bool		adopted_orphans;
+	int			backoff_ms;		/* 0 while delivery succeeds */
+	TimestampTz backoff_until;	/* commits do not cut a back-off short */
+	WaitReason	logged_wait;	/* so each wait is logged once */
+	MemoryContext batch_context;
+	OutboxBatch batch;
+} WorkerState;
+
+void
+outbox_register_workers(void)
+{
+	for (int shard = 0; shard < outbox_shards; shard++)
+	{
+		BackgroundWorker worker;
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		/* on a standby the worker runs and waits, to take over at promotion */
+		worker.bgw_start_time = BgWorkerStart_ConsistentState;
+		worker.bgw_restart_time = WORKER_RESTART_SECONDS;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_worker_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "outbox shard %d of %d", shard, outbox_shards);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "outbox shard");
+		worker.bgw_main_arg = Int32GetDatum(shard);
+		RegisterBackgroundWorker(&worker);
+	}
+}
+
+static void
+log_wait_once(WorkerState *st, WaitReason reason, const char *message)
+{
+	if (st->logged_wait == reason)
+		return;
+	st->logged_wait = reason;
+	ereport(LOG, (errmsg("outbox shard %d: %s", st->shard, message)));
+}
+
+static void
+sleep_ms(long ms)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/* Doubles the back-off within its bounds and returns it. */
+static long
+back_off(WorkerState *st)
+{
+	int			max_ms = Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms);
+
+	if (st->backoff_ms <= 0)
+		st->backoff_ms = outbox_retry_backoff_min_ms;
+	else
+		st->backoff_ms = (int) Min((long) max_ms, 2L * st->backoff_ms);
+	st->backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), st->backoff_ms);
+	return st->backoff_ms;
+}
+
+static long
+backoff_remaining_ms(WorkerState *st)
+{
+	long		secs;
+	int			usecs;
+
+	if (st->backoff_until == 0)
+		return 0;
+	TimestampDifference(GetCurrentTimestamp(), st->backoff_until, &secs, &usecs);
+	return secs * 1000 + usecs / 1000;
+}
+
+/*
+ * Before connecting: wait while outbox.database is being dropped, and
+ * after failed connects (the database does not exist: the connect fails
+ * with FATAL and the postmaster restarts us) wait longer each time, so a
+ * missing database costs a log line a minute, not a crash loop.
+ */
+static void
+wait_before_connecting(int shard)
+{
+	int			failures = outbox_connect_failures(shard);
+
+	while (outbox_drop_pending())
+		sleep_ms(1000);
+	if (failures > 0)
+	{
+		long		wait_ms = Min((long) MAX_CONNECT_BACKOFF_MS, 1000L << Min(failures, 16));
+
+		ereport(LOG,
+				(errmsg("outbox shard %d: could not connect to database \"%s\" %d time(s), retrying in %ld s",
+						shard, outbox_database, failures, wait_ms / 1000)));
+		sleep_ms(wait_ms);
+	}
+	outbox_set_connect_failures(shard, failures + 1);
+}
+
+static char *
+current_producer_settings(void)
+{
+	return MemoryContextStrdup(TopMemoryContext,
+							   psprintf("%s|%s|%d", outbox_brokers, outbox_kafka_config,
+										outbox_max_message_bytes));
+}
+
+static void
+reload_settings(WorkerState *st)
+{
+	char	   *settings;
+
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	settings = current_producer_settings();
+	if (st->producer_settings != NULL && strcmp(settings, st->producer_settings) != 0)
+		st->rebuild_producer = true;
+	pfree(settings);
+}
+
+static void
+drop_producer(WorkerState *st)
+{
+	if (st->producer != NULL)
+		outbox_producer_destroy(st->producer);
+	st->producer = NULL;
+	st->rebuild_producer = false;
+}
+
+static bool
+ensure_producer(WorkerState *st)
+{
+	char	   *error = NULL;
+
+	if (st->producer != NULL && !st->rebuild_producer &&
+		!outbox_producer_is_fatal(st->producer))
+		return true;
+	if (st->producer != NULL)
+		ereport(LOG, (errmsg("outbox shard %d: rebuilding the Kafka producer", st->shard)));
+	drop_producer(st);
+
+	if (st->producer_settings != NULL)
+		pfree(st->producer_settings);
+	st->producer_settings = current_producer_settings();
+	st->producer = outbox_producer_create(st->shard, &error);
+	if (st->producer == NULL)
+	{
+		log_wait_once(st, WAIT_PRODUCER,
+					  psprintf("cannot create the Kafka producer, waiting for a settings change: %s",
+							   error));
+		return false;
+	}
+	return true;
+}
+
+/* Produces the batch in id order; a key refused at once holds its rest. */
+static void
+produce_batch(WorkerState *st, OutboxBatch *batch)
+{
+	int		   *refused = palloc(sizeof(int) * Max(batch->nevents, 1));
+	int			nrefused = 0;
+
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		OutboxEvent *event = &batch->events[i];
+		const void *value;
+		size_t		len;
+		bool		held = false;
+
+		for (int r = 0; r < nrefused && !event->key_isnull; r++)
+		{
+			OutboxEvent *earlier = &batch->events[refused[r]];
+
+			if (!earlier->key_isnull && earlier->keylen == event->keylen &&
+				memcmp(earlier->key, event->key, event->keylen) == 0)
+				held = true;
+		}
+		if (held)
+			continue;
+
+		if (outbox_message_format == OUTBOX_FORMAT_ENVELOPE)
+			value = outbox_envelope_encode(event, &len);
+		else
+		{
+			value = event->payload;
+			len = event->payloadlen;
+		}
+		if (!outbox_producer_produce(st->producer, batch, event, value, len))
+			refused[nrefused++] = i;
+	}
+}
+
+/*
+ * Serves delivery reports until every event is settled. A stop request
+ * (SIGTERM) or a producer rebuild waits at most outbox.shutdown_timeout,
+ * then purges the rest, which stays in the outbox for the next attempt.
+ */
+static void
+wait_for_reports(WorkerState *st, OutboxBatch *batch)
+{
+	TimestampTz deadline = 0;
+
+	while (batch->in_flight > 0)
+	{
+		if (ProcDiePending || st->rebuild_producer)
+		{
+			if (deadline == 0)
+				deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   outbox_shutdown_timeout_ms);
+			if (GetCurrentTimestamp() >= deadline)
+			{
+				outbox_producer_purge(st->producer);
+				break;
+			}
+		}
+		else
+			CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			reload_settings(st);
+		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
+		outbox_producer_report_state(st->producer);
+	}
+}
+
+/*
+ * When nothing got through and Kafka said "later" for everything, Kafka
+ * is down or unreachable: keep the rows untouched and retry them all, in
+ * order, after a back-off, instead of writing a retry time on each row.
+ */
+static bool
+kafka_unavailable(OutboxBatch *batch)
+{
+	int			retriable = 0;
+
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		EventOutcome outcome = batch->events[i].outcome;
+
+		if (outcome == EVENT_DELIVERED || outcome == EVENT_FAILED_PERMANENT)
+			return false;
+		if (outcome == EVENT_FAILED_RETRIABLE)
+			retriable++;
+	}
+	if (retriable == 0)
+		return false;
+	for (int i = 0; i < batch->nevents; i++)
+		if (batch->events[i].outcome == EVENT_FAILED_RETRIABLE)
+			batch->events[i].outcome = EVENT_SKIPPED;
+	return true;
+}
+
+/*
+ * The next read starts at the lowest id that may still be in the outbox
+ * for us: an event not deleted in this batch, one waiting for its retry,
+ * one an open transaction may still commit, or the first id not read.
+ */
+static int64
+next_cursor(OutboxBatch *batch)
+{
+	int64		cursor = Min(batch->floor, batch->held_min_id);
+
+	if (batch->nevents == 0)
+		return Min(cursor, batch->scan_from);
+	cursor = Min(cursor, batch->events[batch->nevents - 1].id + 1);
+	for (int i = 0; i < batch->nevents; i++)
+		if (batch->events[i].outcome != EVENT_DELIVERED)
+			cursor = Min(cursor, batch->events[i].id);
+	return cursor;
+}
+
+static void
+settle_batch(WorkerState *st, OutboxBatch *batch)
+{
+	bool		stopping = ProcDiePending;
+
+	/* a stopping worker still deletes what Kafka acknowledged */
+	if (stopping)
+		HOLD_INTERRUPTS();
+	outbox_finish_batch(batch, st->shard);
+	if (stopping)
+		RESUME_INTERRUPTS();
+}
+
+/* Returns how long to sleep before the next pass (0: go on at once). */
+static long
+deliver_one_batch(WorkerState *st)
+{
+	OutboxBatch *batch = &st->batch;
+	bool		unavailable;
+
+	if (!outbox_read_batch(batch, st->shard, st->cursor, outbox_batch_size,
+						   &st->rewind_generation))
+	{
+		log_wait_once(st, WAIT_EXTENSION,
+					  psprintf("extension \"outbox\" does not exist in database \"%s\", waiting for CREATE EXTENSION",
+							   outbox_database));
+		st->cursor = 0;
+		return outbox_poll_interval_ms;
+	}
+	if (st->logged_wait == WAIT_EXTENSION)
+		st->logged_wait = WAIT_NONE;
+	if (batch->nevents == 0)
+	{
+		st->cursor = next_cursor(batch);
+		return outbox_poll_interval_ms;
+	}
+
+	pgstat_report_activity(STATE_RUNNING, "outbox: producing a batch");
+	produce_batch(st, batch);
+	wait_for_reports(st, batch);
+	unavailable = kafka_unavailable(batch);
+	settle_batch(st, batch);
+	st->cursor = next_cursor(batch);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	if (unavailable)
+		return back_off(st);
+	st->backoff_ms = 0;
+	st->backoff_until = 0;
+	return batch->reached_end ? outbox_poll_interval_ms : 0;
+}
+
+/*
+ * One pass with its own error recovery: an error is logged, the
+ * transaction rolled back, and the pass retried after a back-off.
+ */
+static long
+run_pass(WorkerState *st)
+{
+	MemoryContext worker_context = CurrentMemoryContext;
+	volatile long wait_ms = backoff_remaining_ms(st);
+
+	if (wait_ms > 0)
+		return wait_ms;
+	if (!outbox_enabled)
+	{
+		log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
+		return outbox_poll_interval_ms;
+	}
+	if (RecoveryInProgress())
+	{
+		log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
+		return outbox_poll_interval_ms;
+	}
+	if (!ensure_producer(st))
+		return outbox_poll_interval_ms;
+	if (st->logged_wait != WAIT_EXTENSION)
+		st->logged_wait = WAIT_NONE;
+
+	MemoryContextReset(st->batch_context);
+	MemoryContextSwitchTo(st->batch_context);
+	PG_TRY();
+	{
+		if (!st->adopted_orphans)
+		{
+			int			adopted = outbox_reshard_orphans(st->shard);
+
+			if (adopted > 0)
+				ereport(LOG,
+						(errmsg("outbox shard %d: adopted %d event(s) of removed shards",
+								st->shard, adopted)));
+			st->adopted_orphans = true;
+		}
+		wait_ms = deliver_one_batch(st);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(worker_context);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		/* reports must not land in the batch memory about to be reset */
+		if (st->batch.in_flight > 0)
+			drop_producer(st);
+		st->cursor = 0;
+		wait_ms = back_off(st);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(worker_context);
+	return wait_ms;
+}
+
+void
+outbox_worker_main(Datum main_arg)
+{
+	WorkerState st;
+
+	memset(&st, 0, sizeof(st));
+	st.shard = DatumGetInt32(main_arg);
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	outbox_worker_attach(st.shard);
+	wait_before_connecting(st.shard);
+	BackgroundWorkerInitializeConnection(outbox_database, NULL, 0);
+	outbox_set_connect_failures(st.shard, 0);
+
+	outbox_envelope_init(outbox_database);
+	st.batch_context = AllocSetContextCreate(TopMemoryContext, "outbox batch",
+											 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(AllocSetContextCreate(TopMemoryContext, "outbox worker",
+												ALLOCSET_DEFAULT_SIZES));
+	ereport(LOG,
+			(errmsg("outbox shard %d of %d started: delivering database \"%s\" to %s",
+					st.shard, outbox_shards, outbox_database, outbox_brokers)));
+
+	for (;;)
+	{
+		long		wait_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			reload_settings(&st);
+		wait_ms = run_pass(&st);
+		if (wait_ms > 0)
+			sleep_ms(wait_ms);
+	}
+}
