@@ -1,0 +1,51 @@
+# Shared by scripts/demo.sh and scripts/test.sh: install what is missing
+# (Debian 12, as root), build and install the extension, and run things as
+# an unprivileged user in a temporary directory that is always removed.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_BIN=/usr/lib/postgresql/15/bin
+RUN_USER=postgres
+PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 librdkafka-dev
+libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl"
+
+log() { printf '\n== %s\n' "$*"; }
+
+ensure_packages() {
+  local missing=()
+  for p in $PACKAGES; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    [ "$(id -u)" -eq 0 ] || { echo "run as root to install packages" >&2; exit 1; }
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  # the Debian package starts a cluster on 5432; the scripts never use it
+  id "$RUN_USER" >/dev/null 2>&1 || useradd --system --create-home "$RUN_USER"
+}
+
+build_and_install() {
+  log "building and installing the extension"
+  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config >/dev/null
+  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config install >/dev/null
+}
+
+# A temporary directory owned by the unprivileged user, removed on exit
+# together with everything started in it (see cleanup_push).
+WORK=""
+CLEANUPS=()
+cleanup_push() { CLEANUPS+=("$1"); }
+run_cleanups() {
+  local i
+  for ((i=${#CLEANUPS[@]}-1; i>=0; i--)); do eval "${CLEANUPS[$i]}" || true; done
+  [ -n "$WORK" ] && rm -rf "$WORK"
+}
+make_workdir() {
+  WORK=$(mktemp -d /tmp/pg_outbox.XXXXXX)
+  chown "$RUN_USER" "$WORK"
+  trap run_cleanups EXIT
+  trap 'exit 130' INT TERM
+}
+
+as_user() { runuser -u "$RUN_USER" -- "$@"; }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every test: pg_regress (SQL contract, bad input) and the TAP tests
+# (real server, real workers, the project's Kafka-protocol broker, kcat).
+# Works as root on a fresh Debian 12: installs what it needs first.
+# Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+ensure_packages
+build_and_install
+make_workdir
+
+# PostgreSQL refuses root: run the suites as $RUN_USER on a copy it owns.
+log "copying the tree to $WORK"
+cp -a "$ROOT/." "$WORK/tree"
+chown -R "$RUN_USER" "$WORK/tree"
+cd "$WORK/tree"
+
+prove_tests=""
+[ $# -gt 0 ] && prove_tests="PROVE_TESTS=$*"
+
+status=0
+log "running the tests"
+as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck \
+  PROVE_FLAGS="--timer --verbose" $prove_tests || status=$?
+
+if [ $status -ne 0 ]; then
+  [ -f regression.diffs ] && { log "regression.diffs"; cat regression.diffs; }
+  for f in tmp_check/log/regress_log_*; do
+    [ -f "$f" ] || continue
+    log "$f (last 80 lines)"; tail -n 80 "$f"
+  done
+  for f in tmp_check/log/*.log; do
+    [ -f "$f" ] || continue
+    log "$f (outbox lines)"; grep -E "outbox|ERROR|FATAL|PANIC" "$f" | tail -n 40 || true
+  done
+  echo "TESTS FAILED"
+  exit $status
+fi
+echo "ALL TESTS PASSED"

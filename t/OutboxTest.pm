@@ -1,0 +1,290 @@
+# OutboxTest: what the TAP tests share. Starts the project's Kafka-protocol
+# broker (tools/outbox-broker) and a PostgreSQL node with the extension
+# preloaded, generates load whose committed part is recorded in a business
+# table, reads back what reached Kafka with kcat (a real Kafka client), and
+# compares the two.
+package OutboxTest;
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use Exporter qw(import);
+use File::Basename qw(dirname);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
+  committed_events consume decode_envelope wait_for_empty check_delivery
+  kafka_partition);
+
+my $root = abs_path(dirname(__FILE__) . '/..');
+
+# Kafka client settings the tests use: fail over fast instead of waiting
+# the production defaults (minutes) when a broker is down.
+our $TEST_KAFKA_CONFIG = 'message.timeout.ms=5000,socket.timeout.ms=3000';
+
+# ---- the broker ----------------------------------------------------------
+
+sub start_broker
+{
+	my (%opts) = @_;
+	my @cmd = ("$root/tools/outbox-broker", '--brokers', $opts{brokers} // 3,
+		map { ('--topic', $_) } @{ $opts{topics} // [] });
+	my ($in, $out, $err) = ('', '', '');
+	my $timer = IPC::Run::timeout(60);
+	my $h = IPC::Run::start(\@cmd, \$in, \$out, \$err, $timer);
+	$h->pump until $out =~ /^BOOTSTRAP (\S+)\n/m;
+	my $self = bless {
+		h => $h, in => \$in, out => \$out, err => \$err,
+		timer => $timer, bootstrap => $1,
+	}, 'OutboxTest::Broker';
+	note "broker at $self->{bootstrap}";
+	return $self;
+}
+
+package OutboxTest::Broker;
+
+sub bootstrap { return $_[0]{bootstrap}; }
+
+# Sends a fault command (down/up/produce-errors/...) and returns its reply.
+sub command
+{
+	my ($self, $command) = @_;
+	${ $self->{out} } = '';
+	${ $self->{in} } .= "$command\n";
+	$self->{timer}->start(30);
+	$self->{h}->pump until ${ $self->{out} } =~ /^((?:OK|ERR).*)\n/m;
+	my $reply = $1;
+	die "broker refused '$command': $reply" if $reply =~ /^ERR/;
+	Test::More::note("broker: $command -> $reply");
+	return $reply;
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{h};
+	${ $self->{in} } .= "quit\n";
+	eval { $self->{timer}->start(30); $self->{h}->finish; };
+	$self->{h}->kill_kill if $@;
+	delete $self->{h};
+}
+
+sub DESTROY { $_[0]->stop; }
+
+package OutboxTest;
+
+# ---- the server ----------------------------------------------------------
+
+# A node with the library preloaded, pointed at the broker, extension
+# created in database postgres. Values are the raw payloads (text the
+# tests can compare) unless message_format => 'envelope'.
+sub new_outbox_node
+{
+	my ($name, $broker, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => $opts{allows_streaming} // 0);
+	my $shards = $opts{shards} // 1;
+	my $kafka = $opts{kafka_config} // $TEST_KAFKA_CONFIG;
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'outbox'
+outbox.brokers = '@{[ $broker->bootstrap ]}'
+outbox.shards = $shards
+outbox.kafka_config = '$kafka'
+outbox.retry_backoff_min = 200ms
+outbox.retry_backoff_max = 2s
+outbox.message_format = '@{[ $opts{message_format} // 'payload' ]}'
+max_worker_processes = 32
+max_connections = 50
+log_min_messages = info
+@{[ $opts{conf} // '' ]}
+});
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION outbox') unless $opts{no_extension};
+	return $node;
+}
+
+# ---- load ----------------------------------------------------------------
+
+# Table the load commits into together with each event: after any crash,
+# it says exactly which events were committed.
+sub create_sent_table
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', q{
+CREATE TABLE IF NOT EXISTS sent (session int, seq int, key text, value text,
+                                 PRIMARY KEY (session, seq))});
+}
+
+# Starts $sessions psql clients, each sending $per_session events, one
+# transaction each, in order; every $rollback_every-th is rolled back.
+# Session s uses keys "s<s>-k<seq % keys>", values "s<s>:<seq>".
+sub start_load
+{
+	my ($node, %o) = @_;
+	my $sessions = $o{sessions} // 4;
+	my $per = $o{per_session} // 200;
+	my $keys = $o{keys} // 5;
+	my $rb = $o{rollback_every} // 7;
+	my $topic = $o{topic} // 'events';
+	my $first = $o{first_session} // 1;
+	my $sleep = $o{sleep} // 0;
+	create_sent_table($node);
+	my @harnesses;
+	for my $s ($first .. $first + $sessions - 1)
+	{
+		my $sql = '';
+		for my $i (1 .. $per)
+		{
+			my $key = "s$s-k" . ($i % $keys);
+			my $value = "s$s:$i";
+			my $end = ($rb && $i % $rb == 0) ? 'ROLLBACK' : 'COMMIT';
+			$sql .= "BEGIN;\n"
+			  . "INSERT INTO sent VALUES ($s, $i, '$key', '$value');\n"
+			  . "SELECT outbox_send('$topic', '$value', '$key');\n"
+			  . "$end;\n";
+			$sql .= "SELECT pg_sleep($sleep);\n" if $sleep;
+		}
+		my ($out, $err) = ('', '');
+		push @harnesses, IPC::Run::start(
+			[ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', '-' ],
+			\$sql, \$out, \$err);
+	}
+	return \@harnesses;
+}
+
+# Waits for load clients; with $may_fail (a crash test) their errors are ok.
+sub wait_load
+{
+	my ($harnesses, $may_fail) = @_;
+	for my $h (@$harnesses)
+	{
+		my $ok = eval { $h->finish };
+		die "load client failed" if !$ok && !$may_fail;
+	}
+}
+
+# The committed events, from the business table: [{key, value, seq}].
+sub committed_events
+{
+	my ($node, $topic) = @_;
+	my $rows = $node->safe_psql('postgres',
+		"SELECT key, value, session, seq FROM sent ORDER BY session, seq");
+	return [ map { my @f = split /\|/; { key => $f[0], value => $f[1], session => $f[2], seq => $f[3] } }
+		  grep { length } split /\n/, $rows ];
+}
+
+sub wait_for_empty
+{
+	my ($node, $timeout) = @_;
+	local $PostgreSQL::Test::Utils::timeout_default = $timeout // 180;
+	return $node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM outbox');
+}
+
+# ---- Kafka ---------------------------------------------------------------
+
+# Every message of a topic, read with kcat from the beginning of each
+# partition: [{partition, offset, key, value, headers => {..}, id}].
+sub consume
+{
+	my ($broker, $topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q',
+		'-f', '%p\t%o\t%k\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout(120))
+	  or die "kcat failed: $err";
+	my @messages;
+	for my $line (split /\n/, $out)
+	{
+		my ($p, $o, $k, $h, $v) = split /\t/, $line, 5;
+		my %headers = map { split /=/, $_, 2 } grep { length } split /,/, ($h // '');
+		push @messages, { partition => $p, offset => $o, key => $k, value => $v,
+			headers => \%headers, id => $headers{'outbox-id'} };
+	}
+	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @messages ];
+}
+
+# Decodes one message's value with protoc and proto/outbox.proto alone.
+sub decode_envelope
+{
+	my ($broker, $topic, $partition, $offset) = @_;
+	my ($raw, $text, $err) = ('', '', '');
+	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-p', $partition,
+		'-o', $offset, '-c', '1', '-e', '-q', '-D', '', '-f', '%s' ],
+		'<', \undef, '>', \$raw, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat failed: $err";
+	IPC::Run::run([ 'protoc', "--proto_path=$root/proto", '--decode=outbox.v1.Event',
+		'outbox.proto' ], '<', \$raw, '>', \$text, '2>', \$err)
+	  or die "protoc failed: $err";
+	return $text;
+}
+
+# Kafka's murmur2 partitioner (the Java client's default for keyed records).
+sub kafka_partition
+{
+	my ($key, $partitions) = @_;
+	my @data = unpack('C*', $key);
+	my $len = scalar @data;
+	my $m = 0x5bd1e995;
+	my $mul = sub {
+		my ($a, $b) = @_;
+		# 32-bit multiply without overflowing Perl's doubles
+		return ((($a & 0xffff) * $b) + (((($a >> 16) * $b) & 0xffff) << 16)) & 0xffffffff;
+	};
+	my $h = (0x9747b28c ^ $len) & 0xffffffff;
+	my $i = 0;
+	for (; $i + 4 <= $len; $i += 4)
+	{
+		my $k = $data[$i] | ($data[$i + 1] << 8) | ($data[$i + 2] << 16) | ($data[$i + 3] << 24);
+		$k = $mul->($k, $m);
+		$k ^= $k >> 24;
+		$k = $mul->($k, $m);
+		$h = $mul->($h, $m);
+		$h ^= $k;
+	}
+	my $rest = $len - $i;
+	$h ^= $data[$i + 2] << 16 if $rest >= 3;
+	$h ^= $data[$i + 1] << 8 if $rest >= 2;
+	if ($rest >= 1) { $h ^= $data[$i]; $h = $mul->($h, $m); }
+	$h ^= $h >> 13;
+	$h = $mul->($h, $m);
+	$h ^= $h >> 15;
+	return ($h & 0x7fffffff) % $partitions;
+}
+
+# Compares what was committed with what Kafka holds, prints the figures and
+# asserts: nothing lost, nothing rolled back sent, per-key commit order.
+sub check_delivery
+{
+	my ($label, $committed, $received, %o) = @_;
+	my %want = map { $_->{value} => $_ } @$committed;
+	my (%seen, %last_seq, %partition_of);
+	my ($duplicates, $phantom, $violations, $moved) = (0, 0, 0, 0);
+	for my $m (@$received)
+	{
+		my $c = $want{ $m->{value} };
+		if (!$c) { $phantom++; next; }
+		if ($seen{ $m->{value} }++) { $duplicates++; next; }
+		# order by first arrival: a re-sent duplicate is not a violation
+		my $k = $c->{key};
+		$violations++ if defined $last_seq{$k} && $c->{seq} < $last_seq{$k};
+		$last_seq{$k} = $c->{seq};
+		$moved++ if defined $partition_of{$k} && $partition_of{$k} != $m->{partition};
+		$partition_of{$k} = $m->{partition};
+	}
+	my $lost = grep { !$seen{$_} } keys %want;
+	my $delivered = keys %seen;
+	diag(sprintf("FIGURES %s: committed=%d delivered=%d lost=%d phantom=%d duplicates=%d order_violations=%d",
+			$label, scalar @$committed, $delivered, $lost, $phantom, $duplicates, $violations));
+	is($lost, 0, "$label: no committed event lost");
+	is($phantom, 0, "$label: no rolled-back event sent");
+	is($violations, 0, "$label: per-key order kept");
+	is($moved, 0, "$label: each key stays on one partition");
+	return { lost => $lost, phantom => $phantom, duplicates => $duplicates,
+		violations => $violations, delivered => $delivered };
+}
+
+1;
