@@ -160,6 +160,8 @@ build_conf(OutboxProducer *producer, char **error)
 	KAFKA_CONF_SET(conf, "partitioner", "murmur2_random");
 	KAFKA_CONF_SET(conf, "log.queue", "true");
 	KAFKA_CONF_SET(conf, "linger.ms", "5");
+	/* requests pipelined on one connection must not wait for delayed ACKs */
+	KAFKA_CONF_SET(conf, "socket.nagle.disable", "true");
 	/* back within about a second of Kafka's return, not ten */
 	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", "1000");
 	snprintf(value, sizeof(value), "%d",

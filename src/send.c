@@ -192,6 +192,22 @@ lookup_target(FunctionCallInfo fcinfo)
 				 errmsg("the outbox extension's table is missing from schema \"%s\"",
 						get_namespace_name(namespace))));
 
+	/* rows are inserted into the primary key only: refuse to skip others */
+	{
+		Relation	rel = table_open(target->table, AccessShareLock);
+		List	   *indexes = RelationGetIndexList(rel);
+		Oid			retry_index = get_relname_relid("outbox_retry_idx", namespace);
+
+		if (list_length(indexes) != 2 || !list_member_oid(indexes, target->index) ||
+			!list_member_oid(indexes, retry_index))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the outbox table has indexes other than its own"),
+					 errhint("Drop the indexes added to \"%s\".outbox.",
+							 get_namespace_name(namespace))));
+		table_close(rel, AccessShareLock);
+	}
+
 	index = index_open(target->index, AccessShareLock);
 	{
 		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);

@@ -67,8 +67,13 @@
  *   message.timeout.ms. To see TOPIC_AUTHORIZATION_FAILED in a delivery
  *   report, use "produce-errors 1 TOPIC_AUTHORIZATION_FAILED".
  * - Each partition keeps only about the last 5 MiB of records.
+ * - The mock leaves Nagle's algorithm on for the connections it accepts, so
+ *   a second response queued behind a first waits for the client's delayed
+ *   ACK: every batch spread over several partitions took 40+ ms. Real Kafka
+ *   brokers set TCP_NODELAY; this program does the same by wrapping
+ *   accept()/accept4(), which librdkafka resolves to ours.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,8 +88,41 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+
+    if (fd >= 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    int (*real)(int, struct sockaddr *, socklen_t *) =
+        (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "accept");
+    int conn = real(fd, addr, len);
+
+    set_nodelay(conn);
+    return conn;
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    int (*real)(int, struct sockaddr *, socklen_t *, int) =
+        (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(RTLD_NEXT, "accept4");
+    int conn = real(fd, addr, len, flags);
+
+    set_nodelay(conn);
+    return conn;
+}
 
 /* The Kafka ApiKey of Produce; librdkafka keeps its RD_KAFKAP_* names in a
  * private header. */
