@@ -7,7 +7,9 @@
 --
 \set SHOW_CONTEXT never
 
+-- without SCHEMA, the extension goes into the first schema of search_path
 CREATE EXTENSION outbox;
+SELECT extnamespace::regnamespace AS schema FROM pg_extension WHERE extname = 'outbox';
 
 -- rows committed before any bad input (the first send warns that the
 -- workers serve another database)
@@ -205,10 +207,27 @@ ALTER SYSTEM SET outbox.kafka_config = 'nonsense';
 ALTER SYSTEM SET outbox.kafka_config = 'no.such.property=1';
 \echo :LAST_ERROR_SQLSTATE
 -- a value librdkafka refuses
-ALTER SYSTEM SET outbox.kafka_config = 'acks=banana';
+ALTER SYSTEM SET outbox.kafka_config = 'compression.type=banana';
 \echo :LAST_ERROR_SQLSTATE
--- a property pg_outbox sets itself
+-- a property pg_outbox sets itself, under its own name or an alias, alone
+-- or after a valid one
 ALTER SYSTEM SET outbox.kafka_config = 'bootstrap.servers=x:1';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'metadata.broker.list=x:1';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'linger.ms=2, enable.idempotence = false';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'transactional.id=t1';
+\echo :LAST_ERROR_SQLSTATE
+-- values the idempotent producer would refuse only when it is created
+ALTER SYSTEM SET outbox.kafka_config = 'acks=1';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'max.in.flight=10';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'queuing.strategy=lifo';
+\echo :LAST_ERROR_SQLSTATE
+-- a comma inside a value must be escaped: unescaped, the rest is an item
+ALTER SYSTEM SET outbox.kafka_config = 'sasl.password=a,b';
 \echo :LAST_ERROR_SQLSTATE
 -- none of the refused values reached postgresql.auto.conf
 SELECT count(*) FROM pg_file_settings
@@ -216,6 +235,10 @@ WHERE name LIKE 'outbox.%' AND sourcefile LIKE '%/postgresql.auto.conf';
 
 -- a valid value is accepted (and written to postgresql.auto.conf) ...
 ALTER SYSTEM SET outbox.kafka_config = 'compression.type=lz4,linger.ms=2';
+SELECT name, setting, error FROM pg_file_settings
+WHERE name LIKE 'outbox.%' AND sourcefile LIKE '%/postgresql.auto.conf';
+-- with the comma escaped, the same value is accepted
+ALTER SYSTEM SET outbox.kafka_config = 'sasl.password=a\,b,linger.ms=2';
 SELECT name, setting, error FROM pg_file_settings
 WHERE name LIKE 'outbox.%' AND sourcefile LIKE '%/postgresql.auto.conf';
 -- ... and reset, so nothing is left behind

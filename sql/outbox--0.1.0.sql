@@ -86,11 +86,12 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_prepare_reinsert'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- Puts dead letters (all, or those with the given ids) back into the
--- outbox with their ids, for delivery from scratch. Returns how many.
+-- Puts dead letters (all with NULL, or those with the given ids) back into
+-- the outbox with their ids, for delivery from scratch. Returns how many.
+-- SECURITY DEFINER: EXECUTE alone lets an operator role use it.
 CREATE FUNCTION @extschema@.outbox_dead_letter_retry(ids bigint[] DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -117,9 +118,10 @@ END
 $$;
 
 -- Deletes dead letters that failed longer ago than older_than.
+-- SECURITY DEFINER, like outbox_dead_letter_retry.
 CREATE FUNCTION @extschema@.outbox_dead_letter_purge(older_than interval)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -145,5 +147,6 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb) FROM PU
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_prepare_reinsert(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_shard_of(bytea, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_dead_letter_retry(bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_dead_letter_purge(interval) FROM PUBLIC;

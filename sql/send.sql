@@ -26,13 +26,13 @@ LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
   AND d.deptype = 'e'
-ORDER BY 1;
+ORDER BY pg_describe_object(d.classid, d.objid, d.objsubid) COLLATE "C";
 
 -- the indexes of its tables are there too
 SELECT i.indexrelid::regclass AS index, c.relnamespace::regnamespace AS schema
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 WHERE i.indrelid IN ('app.outbox'::regclass, 'app.outbox_dead_letter'::regclass)
-ORDER BY 1::text;
+ORDER BY c.relname;
 
 -- and nothing went into public
 SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace) AS public_relations,
@@ -43,7 +43,7 @@ SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) AS argu
        p.prorettype::regtype AS returns
 FROM pg_proc p
 WHERE p.pronamespace = 'app'::regnamespace AND p.proname = 'outbox_send'
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text COLLATE "C";
 
 --
 -- Each overload returns the new id, and ids increase. app is not on the
@@ -64,6 +64,9 @@ SELECT app.outbox_send('no-key', 'plain text'::text);
 SELECT app.outbox_send('no-key', '\x0102'::bytea);
 -- an explicit NULL key
 SELECT app.outbox_send('no-key', '{}'::jsonb, NULL, NULL);
+-- an untyped literal payload picks the text overload: stored as written,
+-- not normalized as jsonb would
+SELECT app.outbox_send('untyped', '{"b":1,  "a":2}');
 
 -- the rows: shard 0, attempts 0, no delivery state; the text key 'clé' is
 -- stored as its UTF-8 bytes (63 6c c3a9)
@@ -82,11 +85,12 @@ SELECT id,
            WHEN 2 THEN 'héllo'
            WHEN 4 THEN '[1, "two", null]'::jsonb::text
            WHEN 5 THEN 'plain text'
-           WHEN 7 THEN '{}'::jsonb::text END, 'UTF8') AS text_payload_ok,
+           WHEN 7 THEN '{}'::jsonb::text
+           WHEN 8 THEN '{"b":1,  "a":2}' END, 'UTF8') AS text_payload_ok,
        key IS NOT DISTINCT FROM CASE id
            WHEN 1 THEN convert_to('order-1', 'UTF8')
            WHEN 2 THEN convert_to('clé', 'UTF8') END AS text_key_ok
-FROM app.outbox WHERE id IN (1, 2, 4, 5, 7) ORDER BY id;
+FROM app.outbox WHERE id IN (1, 2, 4, 5, 7, 8) ORDER BY id;
 
 SELECT id, payload = '\x00ff10'::bytea OR payload = '\x0102'::bytea AS bytea_payload_ok,
        key IS NOT DISTINCT FROM CASE id WHEN 3 THEN '\xdeadbeef'::bytea END AS bytea_key_ok

@@ -426,7 +426,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 			if (sent_this_xact)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has called outbox_send()")));
+						 errmsg("cannot PREPARE a transaction that has sent outbox events")));
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:

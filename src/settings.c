@@ -31,13 +31,18 @@ static const struct config_enum_entry message_format_options[] = {
 };
 
 /*
- * Properties the worker sets itself: changing them would break delivery
- * order, partition placement or the server's safety, so they are refused.
+ * Properties the worker sets itself, or that the idempotent producer fixes
+ * (librdkafka would refuse other values only when the worker creates the
+ * producer): changing them would break delivery order, partition placement
+ * or the server's safety, so they are refused when set.
  */
 static const char *const reserved_properties[] = {
 	"bootstrap.servers", "metadata.broker.list", "enable.idempotence",
 	"enable.gapless.guarantee", "partitioner", "log.queue",
-	"internal.termination.signal", "transactional.id", NULL
+	"internal.termination.signal", "transactional.id",
+	"acks", "request.required.acks", "max.in.flight",
+	"max.in.flight.requests.per.connection", "retries",
+	"message.send.max.retries", "queuing.strategy", NULL
 };
 
 static bool
