@@ -27,6 +27,8 @@ include $(PGXS)
 src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
 	protoc-c --proto_path=proto --c_out=src $<
 
+# PGXS tracks no header dependencies
+$(OBJS): src/outbox.h
 src/envelope.o: src/outbox.pb-c.h
 
 # protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug

@@ -83,12 +83,12 @@ prepare_plans(const char *schema)
 	Oid			read_args[] = {INT4OID, INT8OID, INT4OID};
 	Oid			holding_args[] = {INT4OID, INT8OID, INT4OID, BYTEAARRAYOID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
-	Oid			ids_args[] = {INT4OID, INT8ARRAYOID};
+	Oid			ctids_arg[] = {TIDARRAYOID};
 	Oid			failure_args[] = {INT4OID, INT8ARRAYOID, TEXTARRAYOID, BOOLARRAYOID,
 	INT4OID, INT4OID};
 	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
 	Oid			reshard_args[] = {INT4OID, INT4OID};
-	const char *columns = "id, topic, key, payload, headers, created_at";
+	const char *columns = "id, topic, key, payload, headers, created_at, ctid";
 
 	plans.read = prepare(psprintf(
 								  "SELECT %s FROM %s.outbox"
@@ -109,9 +109,14 @@ prepare_plans(const char *schema)
 								  " WHERE shard = $1 AND next_attempt_at > now()"
 								  " ORDER BY id LIMIT %d", s, MAX_HELD),
 						 1, shard_arg);
+	/*
+	 * By row position, not by id: no index descent per event. Only this
+	 * worker changes its shard's rows, so a position read in this batch
+	 * still holds the same row.
+	 */
 	plans.delete = prepare(psprintf(
-									"DELETE FROM %s.outbox WHERE shard = $1 AND id = ANY($2)", s),
-						   2, ids_args);
+									"DELETE FROM %s.outbox WHERE ctid = ANY($1)", s),
+						   1, ctids_arg);
 
 	/*
 	 * A refused event counts an attempt and waits longer each time; one
@@ -275,6 +280,7 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context)
 		if (!isnull)
 			copy_headers(event, DatumGetJsonbP(value));
 		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
+		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
 		event->outcome = EVENT_SKIPPED;
 	}
 	MemoryContextSwitchTo(old);
@@ -373,21 +379,24 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 }
 
 static void
-delete_delivered(OutboxBatch *batch, int shard)
+delete_delivered(OutboxBatch *batch)
 {
-	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
+	Datum	   *ctids = palloc(sizeof(Datum) * Max(batch->nevents, 1));
 	int			n = 0;
-	Datum		args[2];
+	Datum		args[1];
 
 	for (int i = 0; i < batch->nevents; i++)
 		if (batch->events[i].outcome == EVENT_DELIVERED)
-			ids[n++] = batch->events[i].id;
+			ctids[n++] = PointerGetDatum(&batch->events[i].ctid);
 	if (n == 0)
 		return;
-	args[0] = Int32GetDatum(shard);
-	args[1] = PointerGetDatum(int8_array(ids, n));
+	args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
+											  false, TYPALIGN_SHORT));
 	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox: deleting delivered events failed");
+	if (SPI_processed != (uint64) n)
+		elog(ERROR, "outbox: deleted " UINT64_FORMAT " delivered events, expected %d",
+			 (uint64) SPI_processed, n);
 }
 
 static bool
@@ -450,7 +459,7 @@ outbox_finish_batch(OutboxBatch *batch, int shard)
 	begin_step("outbox: settling a batch");
 	if (!find_extension())
 		elog(ERROR, "outbox: the extension was dropped while a batch was in flight");
-	delete_delivered(batch, shard);
+	delete_delivered(batch);
 	record_failures(batch, shard);
 	end_step(caller_context);
 }

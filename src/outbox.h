@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
 
@@ -91,6 +92,7 @@ typedef enum EventOutcome
 typedef struct OutboxEvent
 {
 	int64		id;
+	ItemPointerData ctid;		/* where the row is, to delete it by */
 	char	   *topic;
 	char	   *key;
 	int			keylen;
@@ -117,13 +119,6 @@ typedef struct OutboxBatch
 } OutboxBatch;
 
 /* batch.c: the worker's SQL, as saved plans */
-typedef struct OutboxSchemaState
-{
-	Oid			extension_oid;	/* InvalidOid while the extension is absent */
-	char	   *schema;
-} OutboxSchemaState;
-
-extern bool outbox_lookup_extension(OutboxSchemaState *state);
 extern void outbox_forget_plans(void);
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor,

@@ -54,8 +54,10 @@ typedef struct WorkerState
 	int			backoff_ms;		/* 0 while delivery succeeds */
 	TimestampTz backoff_until;	/* commits do not cut a back-off short */
 	WaitReason	logged_wait;	/* so each wait is logged once */
-	MemoryContext batch_context;
-	OutboxBatch batch;
+	/* two batches: one in flight while the next is read and produced */
+	MemoryContext batch_contexts[2];
+	OutboxBatch batches[2];
+	OutboxBatch *in_flight;		/* produced, not settled yet; or NULL */
 } WorkerState;
 
 void
@@ -242,6 +244,26 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 }
 
 /*
+ * Reports that did not come back even after a purge: their fate is
+ * unknown, so the events stay for another attempt, and the producer goes
+ * (destroying it is the only way to be sure no late report lands in
+ * memory about to be reused).
+ */
+static void
+abandon_reports(WorkerState *st, OutboxBatch *batch)
+{
+	drop_producer(st);
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		if (batch->events[i].outcome != EVENT_IN_FLIGHT)
+			continue;
+		batch->events[i].outcome = EVENT_FAILED_RETRIABLE;
+		batch->events[i].error = "no delivery report before the producer was stopped";
+	}
+	batch->in_flight = 0;
+}
+
+/*
  * Serves delivery reports until every event is settled. A stop request
  * (SIGTERM) or a producer rebuild waits at most outbox.shutdown_timeout,
  * then purges the rest, which stays in the outbox for the next attempt.
@@ -271,6 +293,8 @@ wait_for_reports(WorkerState *st, OutboxBatch *batch)
 		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
 		outbox_producer_report_state(st->producer);
 	}
+	if (batch->in_flight > 0)
+		abandon_reports(st, batch);
 }
 
 /*
@@ -282,6 +306,7 @@ static bool
 kafka_unavailable(OutboxBatch *batch)
 {
 	int			retriable = 0;
+	const char *error = NULL;
 
 	for (int i = 0; i < batch->nevents; i++)
 	{
@@ -290,10 +315,15 @@ kafka_unavailable(OutboxBatch *batch)
 		if (outcome == EVENT_DELIVERED || outcome == EVENT_FAILED_PERMANENT)
 			return false;
 		if (outcome == EVENT_FAILED_RETRIABLE)
+		{
 			retriable++;
+			error = batch->events[i].error;
+		}
 	}
 	if (retriable == 0)
 		return false;
+	ereport(DEBUG1,
+			(errmsg_internal("outbox: Kafka took none of %d events: %s", retriable, error)));
 	for (int i = 0; i < batch->nevents; i++)
 		if (batch->events[i].outcome == EVENT_FAILED_RETRIABLE)
 			batch->events[i].outcome = EVENT_SKIPPED;
@@ -302,8 +332,10 @@ kafka_unavailable(OutboxBatch *batch)
 
 /*
  * The next read starts at the lowest id that may still be in the outbox
- * for us: an event not deleted in this batch, one waiting for its retry,
- * one an open transaction may still commit, or the first id not read.
+ * for us: an event of this batch that will not be deleted (events in
+ * flight are counted as delivered: if one fails, the cursor is computed
+ * again once the batch is settled), one waiting for its retry, one an open
+ * transaction may still commit, or the first id not read.
  */
 static int64
 next_cursor(OutboxBatch *batch)
@@ -314,9 +346,43 @@ next_cursor(OutboxBatch *batch)
 		return Min(cursor, batch->scan_from);
 	cursor = Min(cursor, batch->events[batch->nevents - 1].id + 1);
 	for (int i = 0; i < batch->nevents; i++)
-		if (batch->events[i].outcome != EVENT_DELIVERED)
+	{
+		EventOutcome outcome = batch->events[i].outcome;
+
+		if (outcome != EVENT_DELIVERED && outcome != EVENT_IN_FLIGHT)
 			cursor = Min(cursor, batch->events[i].id);
+	}
 	return cursor;
+}
+
+static bool
+all_delivered(OutboxBatch *batch)
+{
+	for (int i = 0; i < batch->nevents; i++)
+		if (batch->events[i].outcome != EVENT_DELIVERED)
+			return false;
+	return true;
+}
+
+static void
+log_refusals(WorkerState *st, OutboxBatch *batch)
+{
+	OutboxEvent *first = NULL;
+	int			refused = 0;
+
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		if (batch->events[i].outcome != EVENT_FAILED_PERMANENT)
+			continue;
+		if (first == NULL)
+			first = &batch->events[i];
+		refused++;
+	}
+	if (first != NULL)
+		ereport(LOG,
+				(errmsg("outbox shard %d: Kafka refused %d event(s), the first with id " INT64_FORMAT ": %s",
+						st->shard, refused, first->id, first->error),
+				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
 }
 
 static void
@@ -332,43 +398,134 @@ settle_batch(WorkerState *st, OutboxBatch *batch)
 		RESUME_INTERRUPTS();
 }
 
-/* Returns how long to sleep before the next pass (0: go on at once). */
-static long
-deliver_one_batch(WorkerState *st)
+/* The batch slot not in flight, emptied for the next read. */
+static OutboxBatch *
+free_slot(WorkerState *st, MemoryContext *context)
 {
-	OutboxBatch *batch = &st->batch;
-	bool		unavailable;
+	int			slot = (st->in_flight == &st->batches[0]) ? 1 : 0;
 
-	if (!outbox_read_batch(batch, st->shard, st->cursor, outbox_batch_size,
-						   &st->rewind_generation))
+	MemoryContextReset(st->batch_contexts[slot]);
+	*context = st->batch_contexts[slot];
+	return &st->batches[slot];
+}
+
+/* Drops from batch the events of the batch in flight (read again because
+ * an open transaction's lower id made the scan start below them). */
+static void
+drop_in_flight_events(OutboxBatch *batch, OutboxBatch *in_flight)
+{
+	int			kept = 0;
+	int			j = 0;
+
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		int64		id = batch->events[i].id;
+
+		/* both batches are in id order */
+		while (j < in_flight->nevents && in_flight->events[j].id < id)
+			j++;
+		if (j < in_flight->nevents && in_flight->events[j].id == id)
+			continue;
+		batch->events[kept++] = batch->events[i];
+	}
+	batch->nevents = kept;
+}
+
+/* Reads the next batch from the cursor; NULL while the extension is absent. */
+static OutboxBatch *
+read_next_batch(WorkerState *st)
+{
+	MemoryContext context;
+	MemoryContext old;
+	OutboxBatch *batch = free_slot(st, &context);
+	bool		found;
+
+	old = MemoryContextSwitchTo(context);
+	found = outbox_read_batch(batch, st->shard, st->cursor, outbox_batch_size,
+							  &st->rewind_generation);
+	MemoryContextSwitchTo(old);
+	if (!found)
 	{
 		log_wait_once(st, WAIT_EXTENSION,
 					  psprintf("extension \"outbox\" does not exist in database \"%s\", waiting for CREATE EXTENSION",
 							   outbox_database));
 		st->cursor = 0;
-		return outbox_poll_interval_ms;
+		return NULL;
 	}
 	if (st->logged_wait == WAIT_EXTENSION)
 		st->logged_wait = WAIT_NONE;
-	if (batch->nevents == 0)
-	{
-		st->cursor = next_cursor(batch);
-		return outbox_poll_interval_ms;
-	}
+	if (st->in_flight != NULL)
+		drop_in_flight_events(batch, st->in_flight);
+	return batch;
+}
 
+static void
+start_batch(WorkerState *st, OutboxBatch *batch)
+{
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing a batch");
 	produce_batch(st, batch);
-	wait_for_reports(st, batch);
-	unavailable = kafka_unavailable(batch);
-	settle_batch(st, batch);
+	st->in_flight = batch;
 	st->cursor = next_cursor(batch);
+}
+
+static bool
+may_start_batch(WorkerState *st)
+{
+	return outbox_enabled && !ProcDiePending && !st->rebuild_producer &&
+		!RecoveryInProgress();
+}
+
+/*
+ * One step of the delivery pipeline: read the next batch while Kafka
+ * acknowledges the one in flight, then settle that one; the next is
+ * produced before the settling transaction, so its acknowledgements come
+ * while the database works. A batch is produced only after the previous
+ * one was delivered in full: after any failure the worker rereads from the
+ * failed event, so per-key order holds. Returns how long to sleep before
+ * the next step (0: go on at once).
+ */
+static long
+deliver(WorkerState *st)
+{
+	OutboxBatch *done = st->in_flight;
+	OutboxBatch *next = NULL;
+	bool		unavailable = false;
+
+	if (may_start_batch(st))
+	{
+		next = read_next_batch(st);
+		if (next == NULL && done == NULL)
+			return outbox_poll_interval_ms;
+	}
+	if (done == NULL)
+	{
+		if (next == NULL || next->nevents == 0)
+		{
+			if (next != NULL)
+				st->cursor = next_cursor(next);
+			return outbox_poll_interval_ms;
+		}
+		start_batch(st, next);
+		return 0;
+	}
+
+	wait_for_reports(st, done);
+	unavailable = kafka_unavailable(done);
+	log_refusals(st, done);
+	st->in_flight = NULL;
+	if (all_delivered(done) && next != NULL && next->nevents > 0 &&
+		may_start_batch(st) && st->producer != NULL)
+		start_batch(st, next);
+	settle_batch(st, done);
+	if (st->in_flight == NULL)
+		st->cursor = next_cursor(done);
 	pgstat_report_activity(STATE_IDLE, NULL);
 
 	if (unavailable)
 		return back_off(st);
 	st->backoff_ms = 0;
 	st->backoff_until = 0;
-	return batch->reached_end ? outbox_poll_interval_ms : 0;
+	return 0;
 }
 
 /*
@@ -379,27 +536,30 @@ static long
 run_pass(WorkerState *st)
 {
 	MemoryContext worker_context = CurrentMemoryContext;
-	volatile long wait_ms = backoff_remaining_ms(st);
+	volatile long wait_ms = 0;
 
-	if (wait_ms > 0)
-		return wait_ms;
-	if (!outbox_enabled)
+	/* with a batch in flight, always see it through */
+	if (st->in_flight == NULL)
 	{
-		log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
-		return outbox_poll_interval_ms;
+		wait_ms = backoff_remaining_ms(st);
+		if (wait_ms > 0)
+			return wait_ms;
+		if (!outbox_enabled)
+		{
+			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
+			return outbox_poll_interval_ms;
+		}
+		if (RecoveryInProgress())
+		{
+			log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
+			return outbox_poll_interval_ms;
+		}
+		if (!ensure_producer(st))
+			return outbox_poll_interval_ms;
+		if (st->logged_wait != WAIT_EXTENSION)
+			st->logged_wait = WAIT_NONE;
 	}
-	if (RecoveryInProgress())
-	{
-		log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
-		return outbox_poll_interval_ms;
-	}
-	if (!ensure_producer(st))
-		return outbox_poll_interval_ms;
-	if (st->logged_wait != WAIT_EXTENSION)
-		st->logged_wait = WAIT_NONE;
 
-	MemoryContextReset(st->batch_context);
-	MemoryContextSwitchTo(st->batch_context);
 	PG_TRY();
 	{
 		if (!st->adopted_orphans)
@@ -412,7 +572,7 @@ run_pass(WorkerState *st)
 								st->shard, adopted)));
 			st->adopted_orphans = true;
 		}
-		wait_ms = deliver_one_batch(st);
+		wait_ms = deliver(st);
 	}
 	PG_CATCH();
 	{
@@ -420,9 +580,10 @@ run_pass(WorkerState *st)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		/* reports must not land in the batch memory about to be reset */
-		if (st->batch.in_flight > 0)
+		/* reports must not land in batch memory about to be reused */
+		if (st->in_flight != NULL)
 			drop_producer(st);
+		st->in_flight = NULL;
 		st->cursor = 0;
 		wait_ms = back_off(st);
 	}
@@ -449,8 +610,9 @@ outbox_worker_main(Datum main_arg)
 	outbox_set_connect_failures(st.shard, 0);
 
 	outbox_envelope_init(outbox_database);
-	st.batch_context = AllocSetContextCreate(TopMemoryContext, "outbox batch",
-											 ALLOCSET_DEFAULT_SIZES);
+	for (int i = 0; i < 2; i++)
+		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
+													 ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(AllocSetContextCreate(TopMemoryContext, "outbox worker",
 												ALLOCSET_DEFAULT_SIZES));
 	ereport(LOG,
