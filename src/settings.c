@@ -8,6 +8,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 char	   *outbox_brokers = NULL;
@@ -170,13 +171,25 @@ check_database(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-void
-outbox_define_settings(void)
+/*
+ * The settings only the postmaster can set exist only when the library is
+ * preloaded: PostgreSQL refuses to define them later. A backend that loads
+ * the library on first use still needs the shard count to place events
+ * where the workers will look once the library is preloaded.
+ */
+static void
+define_startup_settings(void)
 {
-	DefineCustomStringVariable("outbox.brokers",
-							   "Kafka bootstrap servers, host:port separated by commas.",
-							   NULL, &outbox_brokers, "localhost:9092",
-							   PGC_SIGHUP, 0, check_brokers, NULL, NULL);
+	const char *shards;
+
+	if (!process_shared_preload_libraries_in_progress)
+	{
+		outbox_database = "postgres";
+		shards = GetConfigOption("outbox.shards", true, false);
+		if (shards != NULL)
+			outbox_shards = Max(1, Min(OUTBOX_MAX_SHARDS, atoi(shards)));
+		return;
+	}
 	DefineCustomStringVariable("outbox.database",
 							   "Database whose outbox the workers deliver.",
 							   NULL, &outbox_database, "postgres",
@@ -185,6 +198,16 @@ outbox_define_settings(void)
 							"Number of delivery workers; events are spread over them by key.",
 							NULL, &outbox_shards, 1, 1, OUTBOX_MAX_SHARDS,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+}
+
+void
+outbox_define_settings(void)
+{
+	define_startup_settings();
+	DefineCustomStringVariable("outbox.brokers",
+							   "Kafka bootstrap servers, host:port separated by commas.",
+							   NULL, &outbox_brokers, "localhost:9092",
+							   PGC_SIGHUP, 0, check_brokers, NULL, NULL);
 	DefineCustomIntVariable("outbox.batch_size",
 							"Most events a worker reads and produces at once.",
 							NULL, &outbox_batch_size, 1000, 1, 100000,
@@ -229,6 +252,9 @@ outbox_define_settings(void)
 							NULL, &outbox_shutdown_timeout_ms, 5000, 0, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 
+	/* not preloaded, outbox.shards and outbox.database stay placeholders */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("outbox");
 #else
