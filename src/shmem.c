@@ -43,6 +43,13 @@ typedef struct OutboxShared
 	pg_atomic_uint64 inflight[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
+/* PostgreSQL 17 replaced PGPROC.pgprocno with MyProcNumber */
+#if PG_VERSION_NUM >= 170000
+#define MY_PROC_NUMBER MyProcNumber
+#else
+#define MY_PROC_NUMBER (MyProc->pgprocno)
+#endif
+
 static OutboxShared *shared = NULL;
 static LWLock *registry_lock = NULL;
 static bool registered_this_xact = false;
@@ -130,7 +137,7 @@ outbox_shmem_available(void)
 static pg_atomic_uint64 *
 my_slot(void)
 {
-	int			procno = MyProc->pgprocno;
+	int			procno = MY_PROC_NUMBER;
 
 	if (procno < 0 || procno >= shared->nslots)
 		elog(ERROR, "outbox: process number %d outside the registry", procno);
@@ -251,7 +258,7 @@ void
 outbox_worker_attach(int shard)
 {
 	shared->shards[shard].pid = MyProcPid;
-	shared->shards[shard].procno = MyProc->pgprocno;
+	shared->shards[shard].procno = MY_PROC_NUMBER;
 	on_shmem_exit(detach_worker, Int32GetDatum(shard));
 }
 
