@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Instruction counts (valgrind --tool=callgrind) of outbox_send() and of a
-# plain INSERT of the same row, per event. Instructions, unlike seconds, do
-# not depend on what else the shared machine is doing, so this ratio is the
-# stable companion of the enqueue timing in bench/run.sh.
-# Runs PostgreSQL in single-user mode, without the workers.
+# Instruction counts (valgrind --tool=callgrind), per event:
+# - outbox_send() against a plain INSERT of the same row, in single-user
+#   mode;
+# - a delivery worker (all its threads) per event it delivers, with the
+#   whole server running under callgrind and the project's broker.
+# Instructions, unlike seconds, do not depend on what else the shared
+# machine is doing: these are the stable companions of bench/run.sh.
 # Usage: bash bench/instructions.sh [events]   (as root; default 20000)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/common.sh"
@@ -44,3 +46,37 @@ per_event() {  # the session's fixed cost cancels out: (I(N) - I(1)) / (N - 1)
 s=$(per_event "$send")
 p=$(per_event "$insert")
 echo "instructions per event: outbox_send $s, plain INSERT $p, ratio $(awk -v a="$s" -v b="$p" 'BEGIN {printf "%.2f", a / b}')"
+
+# The worker: the whole server under callgrind (each process writes its own
+# file), N events delivered; the worker's fixed cost cancels out against a
+# run with N/10 events.
+"$ROOT/tools/outbox-broker" --brokers 1 --topic bench:4 --bootstrap-file "$WORK/bootstrap" \
+  </dev/null >/dev/null 2>&1 &
+cleanup_push "kill $!"
+for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
+cat >>"$WORK/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+port = 5498
+shared_preload_libraries = 'outbox'
+outbox.brokers = '$(cat "$WORK/bootstrap")'
+outbox.message_format = 'payload'
+CONF
+
+worker_instructions() {  # $1 events: prints the worker's total instructions
+  local psql_="as_user psql -X -q -h $WORK -p 5498 -d postgres"
+  echo "outbox.enabled = off" >"$WORK/data/postgresql.auto.conf"
+  as_user bash -c "valgrind --tool=callgrind --callgrind-out-file=$WORK/w.%p \
+    $PG_BIN/postgres -D $WORK/data >$WORK/valgrind.log 2>&1 &"
+  for _ in $(seq 180); do $psql_ -Atc 'SELECT 1' >/dev/null 2>&1 && break; sleep 1; done
+  local pid
+  pid=$($psql_ -Atc "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox shard'")
+  $psql_ -c "TRUNCATE outbox" -c "SELECT count(outbox_send('bench', repeat('x', 200), 'k' || (i % 1000))) FROM generate_series(1, $1) i" >/dev/null
+  $psql_ -c "ALTER SYSTEM SET outbox.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 900); do [ "$($psql_ -Atc 'SELECT count(*) FROM outbox')" = 0 ] && break; sleep 1; done
+  as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -m fast -w -t 300 stop >/dev/null
+  awk '/^summary:/ {print $2}' "$WORK/w.$pid"
+}
+big=$(worker_instructions "$N")
+small=$(worker_instructions $((N / 10)))
+echo "worker instructions per delivered event: $(( (big - small) / (N - N / 10) ))"

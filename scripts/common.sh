@@ -39,7 +39,8 @@ cleanup_push() { CLEANUPS+=("$1"); }
 run_cleanups() {
   local i
   for ((i=${#CLEANUPS[@]}-1; i>=0; i--)); do eval "${CLEANUPS[$i]}" || true; done
-  [ -n "$WORK" ] && rm -rf "$WORK"
+  # a process stopped just now may still be closing files in it
+  [ -n "$WORK" ] && { rm -rf "$WORK" 2>/dev/null || { sleep 2; rm -rf "$WORK"; }; }
 }
 make_workdir() {
   WORK=$(mktemp -d /tmp/pg_outbox.XXXXXX)
