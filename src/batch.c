@@ -153,10 +153,11 @@ prepare_plans(const char *schema)
 
 /*
  * Finds the extension in this database; (re)prepares the plans if it was
- * created again. Returns false while it is absent. Runs inside a step.
+ * created again, and then sets *recreated: the new table's ids start
+ * again from 1. Returns false while it is absent. Runs inside a step.
  */
 static bool
-find_extension(void)
+find_extension(bool *recreated)
 {
 	Oid			extension_oid;
 	char	   *schema;
@@ -177,7 +178,8 @@ find_extension(void)
 
 	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
-	if (extension_oid != plans_extension_oid)
+	*recreated = (extension_oid != plans_extension_oid);
+	if (*recreated)
 	{
 		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 		outbox_forget_plans();
@@ -346,10 +348,11 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 	uint64		generation;
 	int			nheld;
 	int			ret;
+	bool		recreated;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
-	if (!find_extension())
+	if (!find_extension(&recreated))
 	{
 		end_step(batch_context);
 		return false;
@@ -358,7 +361,7 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 
 	batch->floor = outbox_take_snapshot_floor(&generation);
 	batch->scan_from = Min(cursor, batch->floor);
-	if (generation != *rewind_generation)
+	if (generation != *rewind_generation || recreated)
 		batch->scan_from = 0;
 	*rewind_generation = generation;
 
@@ -455,9 +458,10 @@ void
 outbox_finish_batch(OutboxBatch *batch, int shard)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
+	bool		recreated;
 
 	begin_step("outbox: settling a batch");
-	if (!find_extension())
+	if (!find_extension(&recreated) || recreated)
 		elog(ERROR, "outbox: the extension was dropped while a batch was in flight");
 	delete_delivered(batch);
 	record_failures(batch, shard);
@@ -476,9 +480,10 @@ outbox_reshard_orphans(int shard)
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[2] = {Int32GetDatum(shard), Int32GetDatum(outbox_shards)};
 	int			moved = 0;
+	bool		recreated;
 
 	begin_step("outbox: adopting events of removed shards");
-	if (find_extension())
+	if (find_extension(&recreated))
 	{
 		if (SPI_execute_plan(plans.reshard, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "outbox: adopting events of removed shards failed");

@@ -263,9 +263,15 @@ outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
 			record_outcome(event, err);
 			return false;
 		}
+		/* a stopping worker produces nothing more; the event stays */
+		if (ProcDiePending)
+		{
+			event->outcome = EVENT_FAILED_RETRIABLE;
+			event->error = "the worker is stopping";
+			return false;
+		}
 		/* librdkafka's queue is full: let deliveries drain it */
 		rd_kafka_poll(producer->rk, 10);
-		CHECK_FOR_INTERRUPTS();
 	}
 	event->outcome = EVENT_IN_FLIGHT;
 	batch->in_flight++;
@@ -311,7 +317,7 @@ outbox_producer_report_state(OutboxProducer *producer)
 		ereport(LOG,
 				(errmsg("outbox shard %d: Kafka error: %s", producer->shard,
 						producer->last_reason),
-				 errdetail("librdkafka error %s; the worker keeps the events and retries.",
+				 errdetail("librdkafka error %s. Events Kafka did not acknowledge stay in the outbox and are sent again.",
 						   rd_kafka_err2name(err))));
 		producer->logged_error = err;
 		producer->unreachable = true;

@@ -177,10 +177,28 @@ check_database(char **newval, void **extra, GucSource source)
  * the library on first use still needs the shard count to place events
  * where the workers will look once the library is preloaded.
  */
+/*
+ * PostgreSQL replaces a bad value of a preloaded library's setting by the
+ * default with only a WARNING. For these two that would silently run the
+ * wrong number of workers or serve the wrong database: refuse to start.
+ */
+static void
+refuse_replaced_value(const char *name, const char *configured, bool replaced)
+{
+	if (configured != NULL && replaced)
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for parameter \"%s\": \"%s\"", name, configured),
+				 errhint("outbox.shards must be an integer from 1 to %d; outbox.database must name a database.",
+						 OUTBOX_MAX_SHARDS)));
+}
+
 static void
 define_startup_settings(void)
 {
 	const char *shards;
+	char	   *configured_shards;
+	char	   *configured_database;
 
 	if (!process_shared_preload_libraries_in_progress)
 	{
@@ -190,6 +208,11 @@ define_startup_settings(void)
 			outbox_shards = Max(1, Min(OUTBOX_MAX_SHARDS, atoi(shards)));
 		return;
 	}
+	shards = GetConfigOption("outbox.shards", true, false);
+	configured_shards = shards ? pstrdup(shards) : NULL;
+	configured_database = GetConfigOption("outbox.database", true, false) ?
+		pstrdup(GetConfigOption("outbox.database", true, false)) : NULL;
+
 	DefineCustomStringVariable("outbox.database",
 							   "Database whose outbox the workers deliver.",
 							   NULL, &outbox_database, "postgres",
@@ -198,6 +221,18 @@ define_startup_settings(void)
 							"Number of delivery workers; events are spread over them by key.",
 							NULL, &outbox_shards, 1, 1, OUTBOX_MAX_SHARDS,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+
+	{
+		int			parsed;
+
+		refuse_replaced_value("outbox.shards", configured_shards,
+							  configured_shards != NULL &&
+							  (!parse_int(configured_shards, &parsed, 0, NULL) ||
+							   parsed != outbox_shards));
+	}
+	refuse_replaced_value("outbox.database", configured_database,
+						  configured_database != NULL &&
+						  strcmp(configured_database, outbox_database) != 0);
 }
 
 void

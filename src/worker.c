@@ -90,6 +90,7 @@ log_wait_once(WorkerState *st, WaitReason reason, const char *message)
 	ereport(LOG, (errmsg("outbox shard %d: %s", st->shard, message)));
 }
 
+/* Sleeps until ms have passed or the latch is set (by a commit, a signal). */
 static void
 sleep_ms(long ms)
 {
@@ -97,6 +98,23 @@ sleep_ms(long ms)
 					 ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+}
+
+/* Sleeps the full ms, whatever sets the latch meanwhile. */
+static void
+sleep_full_ms(long ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+	long		secs;
+	int			usecs;
+
+	for (;;)
+	{
+		TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+		if (secs == 0 && usecs == 0)
+			break;
+		sleep_ms(secs * 1000 + usecs / 1000 + 1);
+	}
 }
 
 /* Doubles the back-off within its bounds and returns it. */
@@ -137,7 +155,7 @@ wait_before_connecting(int shard)
 	int			failures = outbox_connect_failures(shard);
 
 	while (outbox_drop_pending())
-		sleep_ms(1000);
+		sleep_full_ms(1000);
 	if (failures > 0)
 	{
 		long		wait_ms = Min((long) MAX_CONNECT_BACKOFF_MS, 1000L << Min(failures, 16));
@@ -145,7 +163,7 @@ wait_before_connecting(int shard)
 		ereport(LOG,
 				(errmsg("outbox shard %d: could not connect to database \"%s\" %d time(s), retrying in %ld s",
 						shard, outbox_database, failures, wait_ms / 1000)));
-		sleep_ms(wait_ms);
+		sleep_full_ms(wait_ms);
 	}
 	outbox_set_connect_failures(shard, failures + 1);
 }
@@ -286,8 +304,6 @@ wait_for_reports(WorkerState *st, OutboxBatch *batch)
 				break;
 			}
 		}
-		else
-			CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			reload_settings(st);
 		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
@@ -385,19 +401,6 @@ log_refusals(WorkerState *st, OutboxBatch *batch)
 				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
 }
 
-static void
-settle_batch(WorkerState *st, OutboxBatch *batch)
-{
-	bool		stopping = ProcDiePending;
-
-	/* a stopping worker still deletes what Kafka acknowledged */
-	if (stopping)
-		HOLD_INTERRUPTS();
-	outbox_finish_batch(batch, st->shard);
-	if (stopping)
-		RESUME_INTERRUPTS();
-}
-
 /* The batch slot not in flight, emptied for the next read. */
 static OutboxBatch *
 free_slot(WorkerState *st, MemoryContext *context)
@@ -485,7 +488,7 @@ may_start_batch(WorkerState *st)
  * the next step (0: go on at once).
  */
 static long
-deliver(WorkerState *st)
+deliver_step(WorkerState *st)
 {
 	OutboxBatch *done = st->in_flight;
 	OutboxBatch *next = NULL;
@@ -516,7 +519,7 @@ deliver(WorkerState *st)
 	if (all_delivered(done) && next != NULL && next->nevents > 0 &&
 		may_start_batch(st) && st->producer != NULL)
 		start_batch(st, next);
-	settle_batch(st, done);
+	outbox_finish_batch(done, st->shard);
 	if (st->in_flight == NULL)
 		st->cursor = next_cursor(done);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -529,6 +532,25 @@ deliver(WorkerState *st)
 }
 
 /*
+ * A stop request (SIGTERM) must not cut a step short while a batch is in
+ * flight, or its acknowledgements would be lost and the batch sent again:
+ * interrupts are held, the step notices the request itself
+ * (ProcDiePending), waits at most outbox.shutdown_timeout for the
+ * acknowledgements, deletes what was acknowledged and starts nothing new;
+ * the main loop then exits.
+ */
+static long
+deliver(WorkerState *st)
+{
+	long		wait_ms;
+
+	HOLD_INTERRUPTS();
+	wait_ms = deliver_step(st);
+	RESUME_INTERRUPTS();
+	return wait_ms;
+}
+
+/*
  * One pass with its own error recovery: an error is logged, the
  * transaction rolled back, and the pass retried after a back-off.
  */
@@ -536,6 +558,7 @@ static long
 run_pass(WorkerState *st)
 {
 	MemoryContext worker_context = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
 	volatile long wait_ms = 0;
 
 	/* with a batch in flight, always see it through */
@@ -576,6 +599,8 @@ run_pass(WorkerState *st)
 	}
 	PG_CATCH();
 	{
+		/* an error skips deliver()'s RESUME_INTERRUPTS */
+		InterruptHoldoffCount = holdoff;
 		MemoryContextSwitchTo(worker_context);
 		EmitErrorReport();
 		FlushErrorState();

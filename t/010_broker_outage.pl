@@ -14,6 +14,8 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $broker = start_broker(topics => [ 'outage_all:6', 'outage_one:6' ]);
+# a test that dies must not leave its broker running
+END { local $?; $broker->stop if $broker; }
 my $node = new_outbox_node('outage', $broker, shards => 2);
 
 # start_load's psql clients are IPC::Run harnesses: they read their script
@@ -116,6 +118,15 @@ cmp_ok($errors, '<', 10, 'the outage is logged once-ish, not once per retry');
 ok($again >= 1, 'the recovery is logged');
 
 # ---- phase 2: one broker down during load --------------------------------
+
+# The mock cluster picks partition leaders at random: pin them, so that
+# broker 1 leads partitions 0 and 1, and check that some keys of the load
+# live there.
+$broker->command("leader outage_one $_ " . (1 + int($_ / 2))) for 0 .. 5;
+my @on_broker_1 = grep { kafka_partition($_, 6) < 2 }
+  map { my $s = $_; map { "s$s-k$_" } 0 .. 4 } 11 .. 13;
+note "keys on broker 1's partitions: @on_broker_1";
+ok(@on_broker_1 > 0, 'some keys of the load live on broker 1');
 
 $offset = -s $node->logfile;
 $load = start_load($node, sessions => 3, per_session => 400, keys => 5,

@@ -28,6 +28,10 @@ our $TEST_KAFKA_CONFIG = 'message.timeout.ms=5000,socket.timeout.ms=3000';
 
 # ---- the broker ----------------------------------------------------------
 
+# A test that dies must not leave its broker running.
+my @brokers;
+END { local $?; $_->stop for @brokers; }
+
 sub start_broker
 {
 	my (%opts) = @_;
@@ -42,6 +46,7 @@ sub start_broker
 		timer => $timer, bootstrap => $1,
 	}, 'OutboxTest::Broker';
 	note "broker at $self->{bootstrap}";
+	push @brokers, $self;
 	return $self;
 }
 
@@ -148,10 +153,13 @@ sub start_load
 			  . "$end;\n";
 			$sql .= "SELECT pg_sleep($sleep);\n" if $sleep;
 		}
-		my ($out, $err) = ('', '');
+		# from a file, so the client runs on its own (a scalar would be fed
+		# only while the harness is pumped)
+		my $file = PostgreSQL::Test::Utils::tempdir() . "/load_$s.sql";
+		PostgreSQL::Test::Utils::append_to_file($file, $sql);
 		push @harnesses, IPC::Run::start(
-			[ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', '-' ],
-			\$sql, \$out, \$err);
+			[ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', $file ],
+			'<', \undef, '>', '/dev/null', '2>', "$file.err");
 	}
 	return \@harnesses;
 }
