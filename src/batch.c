@@ -14,6 +14,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "pgstat.h"
@@ -36,6 +37,13 @@ typedef struct Plans
 } Plans;
 
 static SPIPlanPtr extension_plan = NULL;
+
+/*
+ * Whether rows of this worker's shard may wait for a retry. Only this
+ * worker sets retry times in its shard, so once a look finds none, the
+ * look can be skipped until it records a failure.
+ */
+static bool may_hold_events = true;
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
 
@@ -163,6 +171,12 @@ find_extension(bool *recreated)
 	char	   *schema;
 	bool		isnull;
 
+	/* the cheap check every step; SQL only when the extension changed */
+	*recreated = false;
+	extension_oid = get_extension_oid("outbox", true);
+	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
+		return true;
+
 	if (extension_plan == NULL)
 		extension_plan = prepare("SELECT e.oid, n.nspname FROM pg_catalog.pg_extension e"
 								 " JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
@@ -178,14 +192,11 @@ find_extension(bool *recreated)
 
 	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
-	*recreated = (extension_oid != plans_extension_oid);
-	if (*recreated)
-	{
-		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-		outbox_forget_plans();
-		prepare_plans(schema);
-		plans_extension_oid = extension_oid;
-	}
+	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	outbox_forget_plans();
+	prepare_plans(schema);
+	plans_extension_oid = extension_oid;
+	*recreated = true;
 	return true;
 }
 
@@ -301,12 +312,17 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *min_id)
 	int			n;
 	int			nkeys = 0;
 
+	*min_id = PG_INT64_MAX;
+	if (!may_hold_events)
+		return 0;
 	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
 	n = SPI_processed;
-	*min_id = PG_INT64_MAX;
 	if (n == 0)
+	{
+		may_hold_events = false;
 		return 0;
+	}
 
 	key_datums = palloc(sizeof(Datum) * n);
 	id_values = palloc(sizeof(int64) * n);
@@ -431,6 +447,7 @@ record_failures(OutboxBatch *batch, int shard)
 	}
 	if (n == 0)
 		return;
+	may_hold_events = true;
 
 	args[0] = Int32GetDatum(shard);
 	args[1] = PointerGetDatum(int8_array(ids, n));

@@ -30,8 +30,6 @@ my $shutdown_timeout_s = 3;
 my $broker = start_broker(topics =>
 	  [ 'crash_kill:6', 'crash_term:6', 'crash_settle:6', 'crash_pipe:6', 'crash_imm:6',
 	'crash_fast:6' ]);
-# a test that dies must not leave its broker running
-END { local $?; $broker->stop if $broker; }
 my $node = new_outbox_node('crash', $broker, shards => $shards, conf => qq{
 outbox.batch_size = $batch_size
 outbox.shutdown_timeout = ${shutdown_timeout_s}s
@@ -39,48 +37,6 @@ restart_after_crash = on
 });
 
 # ---- helpers ---------------------------------------------------------------
-
-# start_load's psql clients are IPC::Run harnesses: they read their script
-# only while the harness is pumped. Keep them fed while the test waits.
-sub pump_load
-{
-	my ($load) = @_;
-	for my $h (@{ $load // [] })
-	{
-		eval { $h->pump_nb if $h->pumpable; };
-	}
-}
-
-sub sleep_pumping
-{
-	my ($load, $seconds) = @_;
-	my $end = time + $seconds;
-	while (time < $end)
-	{
-		pump_load($load);
-		sleep 0.05;
-	}
-}
-
-# Polls $check (a sub) every 0.1 s, feeding the load; false on timeout.
-sub wait_until
-{
-	my ($load, $timeout, $check) = @_;
-	my $end = time + $timeout;
-	while (time < $end)
-	{
-		my $ok = eval { $check->() };
-		return 1 if $ok;
-		sleep_pumping($load, 0.1);
-	}
-	return 0;
-}
-
-sub log_since
-{
-	my ($offset) = @_;
-	return slurp_file($node->logfile, $offset);
-}
 
 # psql that may fail while the server restarts: undef then.
 sub try_query
@@ -91,35 +47,21 @@ sub try_query
 	return $ret == 0 ? $stdout : undef;
 }
 
-sub worker_pids
-{
-	my $out = try_query(q{SELECT pid FROM pg_stat_activity
-		WHERE backend_type = 'outbox shard' ORDER BY pid});
-	return defined $out ? [ grep { length } split /\n/, $out ] : [];
-}
-
 sub wait_for_workers
 {
-	my ($load, $timeout, $not_pid) = @_;
-	return wait_until($load, $timeout, sub {
-		my $pids = worker_pids();
+	my ($timeout, $not_pid) = @_;
+	return wait_until($timeout, sub {
+		my $pids = worker_pids($node);
 		return @$pids == $shards && !grep { defined $not_pid && $_ == $not_pid } @$pids;
 	});
-}
-
-sub committed_of
-{
-	my ($first, $last) = @_;
-	return [ grep { $_->{session} >= $first && $_->{session} <= $last }
-		  @{ committed_events($node) } ];
 }
 
 # Waits until the workers have delivered (deleted) 20 events of the load
 # that started with session $first; the outbox was empty before it.
 sub wait_for_traffic
 {
-	my ($load, $first) = @_;
-	return wait_until($load, 30, sub {
+	my ($first) = @_;
+	return wait_until(30, sub {
 		$node->safe_psql('postgres', qq{SELECT (SELECT count(*) FROM sent WHERE session >= $first)
 			- (SELECT count(*) FROM outbox) >= 20}) eq 't' });
 }
@@ -135,8 +77,8 @@ sub pause_delivery
 {
 	my $from = -s $node->logfile;
 	set_conf_and_reload('outbox.enabled = off');
-	return wait_until(undef, 10, sub {
-		my $log = log_since($from);
+	return wait_until(10, sub {
+		my $log = log_since($node, $from);
 		return !grep { $log !~ /outbox shard $_: delivery paused/ } 0 .. $shards - 1;
 	});
 }
@@ -168,7 +110,7 @@ sub wait_for_blocked_settle
 {
 	my ($topic, $n, $workers) = @_;
 	my @waiting;
-	wait_until(undef, 30, sub {
+	wait_until(30, sub {
 		my $out = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
 			WHERE backend_type = 'outbox shard' AND wait_event_type = 'Lock'});
 		@waiting = grep { length } split /\n/, $out;
@@ -185,7 +127,7 @@ sub shards_with_events
 my $bound = 2 * $batch_size * $shards;
 my ($load, $r, $offset);
 
-ok(wait_for_workers(undef, 30), "$shards workers run");
+ok(wait_for_workers(30), "$shards workers run");
 
 # ---- (a) SIGKILL of a worker mid-load ---------------------------------------
 
@@ -194,16 +136,16 @@ ok(wait_for_workers(undef, 30), "$shards workers run");
 $broker->command('rtt all 300');
 $load = start_load($node, sessions => 3, per_session => 200, topic => 'crash_kill',
 	first_session => 1, sleep => 0.02);
-ok(wait_for_traffic($load, 1), '(a) delivery flows before the kill');
-sleep_pumping($load, 1);
-my ($victim) = @{ worker_pids() };
+ok(wait_for_traffic(1), '(a) delivery flows before the kill');
+sleep 1;
+my ($victim) = @{ worker_pids($node) };
 $offset = -s $node->logfile;
 ok(kill('KILL', $victim), "(a) SIGKILL worker $victim");
 my $killed_at = time;
-ok(wait_until($load, 60, sub {
-	log_since($offset) =~ /all server processes terminated; reinitializing.*database system is ready to accept connections/s }),
+ok(wait_until(60, sub {
+	log_since($node, $offset) =~ /all server processes terminated; reinitializing.*database system is ready to accept connections/s }),
 	'(a) the postmaster reinitializes after the killed worker');
-ok(wait_for_workers($load, 60), '(a) the workers are back after the crash');
+ok(wait_for_workers(60), '(a) the workers are back after the crash');
 note sprintf('(a) workers back %.1f s after SIGKILL', time - $killed_at);
 wait_load($load, 1);    # clients lost their connections in the crash
 $broker->command('rtt all 0');
@@ -213,7 +155,7 @@ $load = start_load($node, sessions => 2, per_session => 100, topic => 'crash_kil
 	first_session => 4);
 wait_load($load);
 ok(wait_for_empty($node), '(a) the outbox drains after the crash');
-$r = check_delivery('(a) SIGKILL of a worker mid-load', committed_of(1, 5),
+$r = check_delivery('(a) SIGKILL of a worker mid-load', committed_of($node, 1, 5),
 	consume($broker, 'crash_kill'));
 cmp_ok($r->{duplicates}, '<=', $bound,
 	"(a) duplicates ($r->{duplicates}) at most 2 x batch_size x shards ($bound)");
@@ -222,23 +164,23 @@ cmp_ok($r->{duplicates}, '<=', $bound,
 
 $load = start_load($node, sessions => 3, per_session => 200, topic => 'crash_term',
 	first_session => 11, sleep => 0.02);
-ok(wait_for_traffic($load, 11), '(b) delivery flows before the termination');
-($victim) = @{ worker_pids() };
+ok(wait_for_traffic(11), '(b) delivery flows before the termination');
+($victim) = @{ worker_pids($node) };
 $offset = -s $node->logfile;
 is($node->safe_psql('postgres', "SELECT pg_terminate_backend($victim)"), 't',
 	"(b) pg_terminate_backend($victim)");
 my $terminated_at = time;
-ok(wait_until($load, 10, sub { !grep { $_ == $victim } @{ worker_pids() } }),
+ok(wait_until(10, sub { !grep { $_ == $victim } @{ worker_pids($node) } }),
 	'(b) the terminated worker exits');
-ok(wait_for_workers($load, 20, $victim), '(b) the terminated worker is restarted');
+ok(wait_for_workers(20, $victim), '(b) the terminated worker is restarted');
 my $restart_s = time - $terminated_at;
 diag sprintf('(b) worker restarted %.1f s after pg_terminate_backend', $restart_s);
 cmp_ok($restart_s, '<', 15, '(b) restarted within ~10 s (bgw_restart_time)');
-like(log_since($offset), qr/terminating background worker "outbox shard" due to administrator command/,
+like(log_since($node, $offset), qr/terminating background worker "outbox shard" due to administrator command/,
 	'(b) the worker stopped on the terminate request');
 wait_load($load);
 ok(wait_for_empty($node), '(b) the outbox drains');
-$r = check_delivery('(b) pg_terminate_backend of a worker mid-load', committed_of(11, 13),
+$r = check_delivery('(b) pg_terminate_backend of a worker mid-load', committed_of($node, 11, 13),
 	consume($broker, 'crash_term'));
 is($r->{duplicates}, 0, "(b) pg_terminate_backend is a graceful stop: no duplicates");
 
@@ -261,15 +203,15 @@ note "(b2) workers waiting on the lock: @waiting";
 $offset = -s $node->logfile;
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($_)") for @waiting;
 sleep 1;
-unlike(log_since($offset), qr/exited with exit code 1/,
+unlike(log_since($node, $offset), qr/exited with exit code 1/,
 	'(b2) the terminated worker first finishes deleting what Kafka acknowledged');
 release_locker($locker);
-ok(wait_until(undef, 10, sub { log_since($offset) =~ /exited with exit code 1/ }),
+ok(wait_until(10, sub { log_since($node, $offset) =~ /exited with exit code 1/ }),
 	'(b2) then it exits');
-ok(wait_for_workers(undef, 20), '(b2) the worker is restarted');
+ok(wait_for_workers(20), '(b2) the worker is restarted');
 ok(wait_for_empty($node), '(b2) the outbox drains');
 $r = check_delivery('(b2) SIGTERM while settling an acknowledged batch',
-	committed_of(15, 15), consume($broker, 'crash_settle'));
+	committed_of($node, 15, 15), consume($broker, 'crash_settle'));
 is($r->{duplicates}, 0, '(b2) a graceful stop re-sends nothing Kafka acknowledged');
 
 # ---- (a2) SIGKILL while a worker settles, with its next batch produced -------
@@ -293,13 +235,13 @@ diag "(a2) Kafka holds $in_kafka of " . (2 * $batch_size)
   . " events while the worker waits to delete its first batch of $batch_size";
 $offset = -s $node->logfile;
 kill 'KILL', $_ for @waiting;
-ok(wait_until(undef, 60, sub {
-	log_since($offset) =~ /all server processes terminated; reinitializing.*database system is ready to accept connections/s }),
+ok(wait_until(60, sub {
+	log_since($node, $offset) =~ /all server processes terminated; reinitializing.*database system is ready to accept connections/s }),
 	'(a2) the postmaster reinitializes');
 eval { $locker->finish };
-ok(wait_for_workers(undef, 60), '(a2) the workers are back');
+ok(wait_for_workers(60), '(a2) the workers are back');
 ok(wait_for_empty($node), '(a2) the outbox drains');
-$r = check_delivery('(a2) SIGKILL while settling, one shard', committed_of(16, 16),
+$r = check_delivery('(a2) SIGKILL while settling, one shard', committed_of($node, 16, 16),
 	consume($broker, 'crash_pipe'));
 cmp_ok($r->{duplicates}, '<=', 2 * $batch_size,
 	"(a2) duplicates ($r->{duplicates}) at most the one shard's two batches in flight (" . 2 * $batch_size . ")");
@@ -309,20 +251,20 @@ cmp_ok($r->{duplicates}, '<=', 2 * $batch_size,
 $broker->command('rtt all 300');
 $load = start_load($node, sessions => 3, per_session => 200, topic => 'crash_imm',
 	first_session => 21, sleep => 0.02);
-ok(wait_for_traffic($load, 21), '(c) delivery flows before the immediate stop');
-sleep_pumping($load, 1);
+ok(wait_for_traffic(21), '(c) delivery flows before the immediate stop');
+sleep 1;
 $node->stop('immediate');
 wait_load($load, 1);
 $broker->command('rtt all 0');
 $node->start;
-ok(wait_for_workers(undef, 30), '(c) the workers run after the restart');
+ok(wait_for_workers(30), '(c) the workers run after the restart');
 my $left = $node->safe_psql('postgres', 'SELECT count(*) FROM outbox');
 note "(c) events left in the outbox at restart: $left";
 $load = start_load($node, sessions => 2, per_session => 100, topic => 'crash_imm',
 	first_session => 24);
 wait_load($load);
 ok(wait_for_empty($node), '(c) the outbox drains after the restart');
-$r = check_delivery('(c) immediate shutdown mid-stream', committed_of(21, 25),
+$r = check_delivery('(c) immediate shutdown mid-stream', committed_of($node, 21, 25),
 	consume($broker, 'crash_imm'));
 cmp_ok($r->{duplicates}, '<=', $bound,
 	"(c) duplicates ($r->{duplicates}) at most 2 x batch_size x shards ($bound)");
@@ -333,8 +275,8 @@ cmp_ok($r->{duplicates}, '<=', $bound,
 
 $offset = -s $node->logfile;
 set_conf_and_reload(q{outbox.kafka_config = 'message.timeout.ms=60000,socket.timeout.ms=3000'});
-ok(wait_until(undef, 30, sub {
-	my $log = log_since($offset);
+ok(wait_until(30, sub {
+	my $log = log_since($node, $offset);
 	return !grep { $log !~ /outbox shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;
 }), '(d) both workers rebuilt their producer with message.timeout.ms=60000');
 # the new producers learn the topic while Kafka is up
@@ -350,7 +292,7 @@ $load = start_load($node, sessions => 2, per_session => 100, topic => 'crash_fas
 wait_load($load);
 # a worker logs the Kafka error while it serves delivery reports, that is
 # with events in flight (a new producer: its first error is logged)
-ok(wait_until(undef, 30, sub { log_since($offset) =~ /outbox shard \d: Kafka error/ }),
+ok(wait_until(30, sub { log_since($node, $offset) =~ /outbox shard \d: Kafka error/ }),
 	'(d) a worker waits for Kafka with events in flight');
 sleep 1;
 my $stop_started = time;
@@ -363,11 +305,11 @@ cmp_ok($stop_s, '<', 30, '(d) the fast shutdown returns within shutdown_timeout 
 # the stopped workers kept every unacknowledged event
 $node->start;
 my $pending = $node->safe_psql('postgres', 'SELECT count(*) FROM outbox');
-is($pending, scalar @{ committed_of(31, 32) },
+is($pending, scalar @{ committed_of($node, 31, 32) },
 	'(d) every event committed during the outage is still in the outbox');
 $broker->command('up all');
 ok(wait_for_empty($node), '(d) the outbox drains once Kafka is back');
-$r = check_delivery('(d) fast shutdown while Kafka is down', committed_of(30, 32),
+$r = check_delivery('(d) fast shutdown while Kafka is down', committed_of($node, 30, 32),
 	consume($broker, 'crash_fast'));
 is($r->{duplicates}, 0, '(d) nothing Kafka never saw is counted twice');
 

@@ -15,29 +15,8 @@ use Time::HiRes qw(time sleep);
 
 my $shards = 2;
 my $broker = start_broker(topics => [ 'failover:6' ]);
-# a test that dies must not leave its broker running
-END { local $?; $broker->stop if $broker; }
 my $primary = new_outbox_node('primary', $broker, shards => $shards,
 	allows_streaming => 1);
-
-sub log_since
-{
-	my ($node, $offset) = @_;
-	return slurp_file($node->logfile, $offset);
-}
-
-sub wait_until
-{
-	my ($timeout, $check) = @_;
-	my $end = time + $timeout;
-	while (time < $end)
-	{
-		my $ok = eval { $check->() };
-		return 1 if $ok;
-		sleep 0.1;
-	}
-	return 0;
-}
 
 sub all_shards_logged
 {

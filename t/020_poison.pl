@@ -42,24 +42,6 @@ sub send_event
 	return sql("SELECT outbox_send('$topic', '$payload', '$key')");
 }
 
-# Polls until $sql returns t, for at most $timeout seconds of wall time.
-sub wait_until
-{
-	my ($sql, $timeout) = @_;
-	my $deadline = time + ($timeout // 60);
-	while (1)
-	{
-		my ($ret, $out) = $node->psql('postgres', $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		if (time > $deadline)
-		{
-			diag("timed out after ${\($timeout // 60)} s waiting for: $sql");
-			return 0;
-		}
-		usleep(100_000);
-	}
-}
-
 sub row_of
 {
 	my ($id) = @_;
@@ -73,14 +55,14 @@ sub row_of
 
 # A first event, so that the producer is connected before the clock runs.
 send_event('poison', 'warm-up', 'W');
-ok(wait_until('SELECT count(*) = 0 FROM outbox'), 'warm-up event delivered');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox'), 'warm-up event delivered');
 
 # ---- (a) client-side poison: message too large for the producer ----------
 
 my $log_offset = -s $node->logfile;
 my $poison_id = sql(q{SELECT outbox_send('poison', repeat('x', 5000), 'P')});
 my $t0 = time;
-ok(wait_until("SELECT attempts >= 1 FROM outbox WHERE id = $poison_id", 30),
+ok(wait_query($node, 'postgres', "SELECT attempts >= 1 FROM outbox WHERE id = $poison_id", 30),
 	'the poison event fails its first attempt');
 my $row = row_of($poison_id);
 is($row->{attempts}, 1, 'first failure counts one attempt');
@@ -100,7 +82,7 @@ for my $i (1 .. 3)
 }
 my $o_list = join(',', @o_ids);
 my $p_list = join(',', @p_ids);
-ok(wait_until("SELECT count(*) = 0 FROM outbox WHERE id IN ($o_list)", 30),
+ok(wait_query($node, 'postgres', "SELECT count(*) = 0 FROM outbox WHERE id IN ($o_list)", 30),
 	'events of other keys are delivered while the poison waits');
 my $others_latency = time - $t_others;
 diag(sprintf('FIGURES poison: other keys delivered %.2f s after sending, poison still waiting', $others_latency));
@@ -115,7 +97,7 @@ is(scalar(grep { $_->{key} eq 'P' } @now_in_kafka), 0,
 	'no event of the poison\'s key is in Kafka yet');
 
 # The second attempt: the wait doubles up to the cap (5 s * 2 = 10 s > 8 s).
-ok(wait_until("SELECT coalesce((SELECT attempts >= 2 FROM outbox WHERE id = $poison_id), true)", 30),
+ok(wait_query($node, 'postgres', "SELECT coalesce((SELECT attempts >= 2 FROM outbox WHERE id = $poison_id), true)", 30),
 	'the poison fails its second attempt');
 $row = row_of($poison_id);
 if ($row && $row->{attempts} == 2)
@@ -130,7 +112,7 @@ else
 }
 
 # The third failure makes it a dead letter, in the same transaction.
-ok(wait_until("SELECT count(*) = 1 FROM outbox_dead_letter WHERE id = $poison_id", 30),
+ok(wait_query($node, 'postgres', "SELECT count(*) = 1 FROM outbox_dead_letter WHERE id = $poison_id", 30),
 	'after outbox.max_attempts the poison is a dead letter');
 my $dead_after = time - $t0;
 my $dl = sql("SELECT attempts, last_error, failed_at IS NOT NULL, length(payload), encode(key, 'escape')
@@ -146,7 +128,7 @@ ok($node->wait_for_log(qr/moved 1 event\(s\) to outbox_dead_letter after 3 attem
 	'the move to the dead letters is logged');
 
 # The held events now flow, in their send order.
-ok(wait_until('SELECT count(*) = 0 FROM outbox', 30), 'held events delivered after the dead-lettering');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox', 30), 'held events delivered after the dead-lettering');
 my $released_after = time - $t0;
 diag(sprintf('FIGURES poison: dead letter %.2f s after sending, held events delivered %.2f s after sending',
 		$dead_after, $released_after));
@@ -162,7 +144,7 @@ $node->append_conf('postgresql.conf', "outbox.kafka_config = '$OutboxTest::TEST_
 $node->reload;
 $node->wait_for_log(qr/rebuilding the Kafka producer/, $log_offset);
 is(sql('SELECT outbox_dead_letter_retry()'), '1', 'outbox_dead_letter_retry() puts the poison back');
-ok(wait_until('SELECT count(*) = 0 FROM outbox', 30), 'the retried event is delivered');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox', 30), 'the retried event is delivered');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letters left');
 my ($big) = grep { $_->{key} eq 'P' && length($_->{value}) == 5000 } @{ consume($broker, 'poison') };
 ok($big, 'the 5000-byte event arrived');
@@ -176,7 +158,7 @@ $broker->command('produce-errors 3 INVALID_RECORD');
 $log_offset = -s $node->logfile;
 my $q_id = send_event('broker', 'refused-by-broker', 'Q');
 $t0 = time;
-ok(wait_until("SELECT coalesce((SELECT attempts >= 1 FROM outbox WHERE id = $q_id), true)", 30),
+ok(wait_query($node, 'postgres', "SELECT coalesce((SELECT attempts >= 1 FROM outbox WHERE id = $q_id), true)", 30),
 	'the broker-refused event fails an attempt');
 $row = row_of($q_id);
 if ($row)
@@ -189,7 +171,7 @@ else
 {
 	fail('saw the broker-refused event fail an attempt');
 }
-ok(wait_until("SELECT count(*) = 1 FROM outbox_dead_letter WHERE id = $q_id", 30),
+ok(wait_query($node, 'postgres', "SELECT count(*) = 1 FROM outbox_dead_letter WHERE id = $q_id", 30),
 	'after max_attempts broker refusals the event is a dead letter');
 diag(sprintf('FIGURES broker INVALID_RECORD: dead letter %.2f s after sending', time - $t0));
 ($dl_attempts, $dl_error) = split /\|/,
@@ -201,7 +183,7 @@ is(scalar(grep { $_->{value} eq 'refused-by-broker' } @{ consume($broker, 'broke
 
 # The injected errors are used up: a later event goes through at once.
 my $filler = send_event('broker', 'after-errors', 'F');
-ok(wait_until('SELECT count(*) = 0 FROM outbox', 30), 'an event after the errors is delivered');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox', 30), 'an event after the errors is delivered');
 is(sql("SELECT count(*) FROM outbox_dead_letter WHERE id = $filler"), '0', 'and is no dead letter');
 sql("SELECT outbox_dead_letter_purge('0 s')");
 
@@ -246,7 +228,7 @@ my ($stuck_key) = grep { kafka_partition($_, 3) == 0 } map { "S$_" } 1 .. 50;
 my ($free_key) = grep { kafka_partition($_, 3) != 0 } map { "G$_" } 1 .. 50;
 # let the new producer learn the topic first
 send_event('stuck', 'stuck-warm-up', $free_key);
-ok(wait_until('SELECT count(*) = 0 FROM outbox'), 'stuck topic warmed up');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox'), 'stuck topic warmed up');
 $broker->command('leader stuck 0 -1');
 my ($stuck_id, $free_id);
 {
@@ -258,9 +240,9 @@ my ($stuck_id, $free_id);
 }
 my $stuck_later = send_event('stuck', 'stuck-2', $stuck_key);
 $t0 = time;
-ok(wait_until("SELECT count(*) = 0 FROM outbox WHERE id = $free_id", 30),
+ok(wait_query($node, 'postgres', "SELECT count(*) = 0 FROM outbox WHERE id = $free_id", 30),
 	'the other key in the same batch is delivered');
-ok(wait_until("SELECT last_error IS NOT NULL FROM outbox WHERE id = $stuck_id", 30),
+ok(wait_query($node, 'postgres', "SELECT last_error IS NOT NULL FROM outbox WHERE id = $stuck_id", 30),
 	'the event on the leaderless partition records its failure');
 $row = row_of($stuck_id);
 diag("leaderless partition last_error: $row->{last_error}");
@@ -275,7 +257,7 @@ is(sql("SELECT count(*) FROM outbox WHERE id = $stuck_later"), '1',
 	'the later event of its key waits in the outbox');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'retriable failures make no dead letter');
 $broker->command('leader stuck 0 1');
-ok(wait_until('SELECT count(*) = 0 FROM outbox', 60), 'delivered once the partition has a leader again');
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox', 60), 'delivered once the partition has a leader again');
 diag(sprintf('FIGURES leaderless partition: stuck events delivered %.2f s after sending', time - $t0));
 my @stuck = grep { $_->{key} eq $stuck_key } @{ consume($broker, 'stuck') };
 is(join(',', map { $_->{value} } @stuck), 'stuck-1,stuck-2', 'both stuck events arrive, in order');

@@ -25,35 +25,8 @@ sub wait_log_count
 	my $count = 0;
 	while (1)
 	{
-		my $log = slurp_file($node->logfile, $offset);
-		$count = () = $log =~ /$re/g;
+		$count = log_count($node, $re, $offset);
 		return $count if $count >= $n || time > $deadline;
-		usleep(100_000);
-	}
-}
-
-sub log_count
-{
-	my ($node, $re, $offset) = @_;
-	my $log = slurp_file($node->logfile, $offset);
-	my $count = () = $log =~ /$re/g;
-	return $count;
-}
-
-# Polls until $sql returns t, for at most $timeout seconds of wall time.
-sub wait_query
-{
-	my ($node, $db, $sql, $timeout) = @_;
-	my $deadline = time + ($timeout // 60);
-	while (1)
-	{
-		my ($ret, $out) = $node->psql($db, $sql);
-		return 1 if $ret == 0 && $out eq 't';
-		if (time > $deadline)
-		{
-			diag("timed out after ${\($timeout // 60)} s waiting for: $sql");
-			return 0;
-		}
 		usleep(100_000);
 	}
 }
@@ -212,7 +185,7 @@ my $retry2 = qr/could not connect to database "appdb" 2 time\(s\), retrying in 4
 cmp_ok(wait_log_count($app, $retry2, $offset, $shards, 60), '>=', 1,
 	'the announced wait grows (2 s, then 4 s)');
 sleep 6;    # the longest announced wait so far, and some
-my @lines = split /\n/, slurp_file($app->logfile, $offset);
+my @lines = split /\n/, log_since($app, $offset);
 my @waits;
 for my $i (0 .. $#lines)
 {

@@ -44,22 +44,13 @@ sub reload_and_wait
 	  or die 'the reload was not processed';
 }
 
-sub worker_pids
-{
-	return sql(q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
-	             WHERE backend_type = 'outbox shard'});
-}
-
-sub log_since
-{
-	my ($offset) = @_;
-	return slurp_file($node->logfile, $offset);
-}
+# The worker pids as one string, "pid,pid".
+sub worker_list { return join(',', @{ worker_pids($node) }); }
 
 sql(q{SELECT outbox_send('bad', 'kept-' || i, 'k' || i) FROM generate_series(1, 5) i});
 my $rows = sql('SELECT count(*) FROM outbox');
 my $rows_digest = sql('SELECT md5(string_agg(id || topic || payload::text || attempts, \',\' ORDER BY id)) FROM outbox');
-my $pids = worker_pids();
+my $pids = worker_list();
 is(scalar(split /,/, $pids), $shards, 'both workers run (paused)');
 
 # ---- bad values at reload -------------------------------------------------
@@ -127,7 +118,7 @@ for my $case (@cases)
 		1;
 	};
 	ok($ok, "$line: the reload reports errors in the file");
-	my $log = log_since($offset);
+	my $log = log_since($node, $offset);
 	like($log, $log_re, "$line: the log says why");
 	my ($why) = $log =~ /((?:LOG|WARNING|ERROR):  (?!received SIGHUP|configuration file).*)/;
 	note("$line -> $why");
@@ -143,7 +134,7 @@ for my $case (@cases)
 	write_conf('');
 	reload_and_wait();
 }
-is(worker_pids(), $pids, 'the workers ran through all the bad reloads');
+is(worker_list(), $pids, 'the workers ran through all the bad reloads');
 is(sql('SELECT count(*) FROM outbox'), $rows, 'the outbox still holds its rows');
 is(sql('SELECT md5(string_agg(id || topic || payload::text || attempts, \',\' ORDER BY id)) FROM outbox'),
 	$rows_digest, 'the rows are unchanged');
@@ -173,7 +164,7 @@ for my $bad (0, 100)
 	my $offset = -s $node->logfile;
 	write_conf("outbox.shards = $bad\n");
 	my $started = $node->start(fail_ok => 1);
-	my $log = log_since($offset);
+	my $log = log_since($node, $offset);
 	my ($said) = $log =~ /((?:FATAL|ERROR|WARNING|LOG):  [^\n]*outbox\.shards[^\n]*)/;
 	diag("FIGURES outbox.shards = $bad at startup: " . ($started ? 'server STARTED' : 'server refused to start')
 		  . '; log: ' . ($said // '(nothing about outbox.shards)'));
@@ -184,7 +175,7 @@ for my $bad (0, 100)
 	if ($started)
 	{
 		diag("outbox.shards = $bad: SHOW outbox.shards = " . sql('SHOW outbox.shards')
-			  . ', workers: ' . worker_pids());
+			  . ', workers: ' . worker_list());
 		$node->stop;
 	}
 }
@@ -204,14 +195,14 @@ is(sql('SHOW outbox.kafka_config'), "$OutboxTest::TEST_KAFKA_CONFIG,$tls", 'miss
 my $cannot = qr/outbox shard \d: cannot create the Kafka producer, waiting for a settings change: [^\n]*ssl\.ca\.location/;
 ok(eval { local $PostgreSQL::Test::Utils::timeout_default = 30; $node->wait_for_log($cannot, $offset); 1 }, 'missing CA file: the worker says it cannot create the producer');
 sleep 4;
-my $cannot_lines = () = log_since($offset) =~ /$cannot/g;
-my ($cannot_line) = log_since($offset) =~ /(cannot create the Kafka producer[^\n]*)/;
+my $cannot_lines = () = log_since($node, $offset) =~ /$cannot/g;
+my ($cannot_line) = log_since($node, $offset) =~ /(cannot create the Kafka producer[^\n]*)/;
 diag("FIGURES missing CA file: $cannot_lines 'cannot create the Kafka producer' lines in ~5 s ($shards shards): "
 	  . ($cannot_line // ''));
 cmp_ok($cannot_lines, '<=', $shards, 'missing CA file: logged once per worker');
 is(sql('SELECT count(*) FROM outbox WHERE attempts = 0'), $rows, 'missing CA file: the rows stay, no attempt counted');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'missing CA file: no dead letters');
-unlike(log_since($offset), qr/terminated by signal|PANIC/, 'missing CA file: no crash');
+unlike(log_since($node, $offset), qr/terminated by signal|PANIC/, 'missing CA file: no crash');
 
 # ---- unreachable Kafka ----------------------------------------------------
 # message.timeout.ms=5000: every ~5 s the batch times out (retriable).
@@ -220,7 +211,7 @@ write_conf("outbox.enabled = on\noutbox.brokers = '127.0.0.1:1'\n");
 reload_and_wait();
 my $t0 = time;
 sleep 22;
-my $log = log_since($offset);
+my $log = log_since($node, $offset);
 my @kafka_errors = $log =~ /(outbox shard \d: Kafka error: [^\n]*)/g;
 diag(sprintf('FIGURES unreachable Kafka: %d "Kafka error" lines in %.0f s (%d shards): %s',
 		scalar @kafka_errors, time - $t0, $shards, join(' | ', @kafka_errors)));

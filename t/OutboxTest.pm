@@ -15,10 +15,12 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
-  committed_events consume decode_envelope wait_for_empty check_delivery
-  kafka_partition);
+  committed_events committed_of consume decode_envelope wait_for_empty
+  check_delivery kafka_partition wait_until wait_query log_since log_count
+  worker_pids);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -185,11 +187,74 @@ sub committed_events
 		  grep { length } split /\n/, $rows ];
 }
 
+# The committed events of the sessions $first .. $last.
+sub committed_of
+{
+	my ($node, $first, $last) = @_;
+	return [ grep { $_->{session} >= $first && $_->{session} <= $last }
+		  @{ committed_events($node) } ];
+}
+
 sub wait_for_empty
 {
 	my ($node, $timeout) = @_;
 	local $PostgreSQL::Test::Utils::timeout_default = $timeout // 180;
 	return $node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM outbox');
+}
+
+# ---- waiting, the log, the workers --------------------------------------
+
+# Polls $check (a sub; dying counts as false) every 0.1 s; false on timeout.
+sub wait_until
+{
+	my ($timeout, $check) = @_;
+	my $deadline = Time::HiRes::time() + $timeout;
+	while (1)
+	{
+		my $ok = eval { $check->() };
+		return 1 if $ok;
+		return 0 if Time::HiRes::time() > $deadline;
+		Time::HiRes::sleep(0.1);
+	}
+}
+
+# Polls until $sql returns t in database $db, for at most $timeout s (60).
+sub wait_query
+{
+	my ($node, $db, $sql, $timeout) = @_;
+	$timeout //= 60;
+	return 1 if wait_until($timeout, sub {
+		my ($ret, $out) = $node->psql($db, $sql);
+		return $ret == 0 && $out eq 't';
+	});
+	diag("timed out after $timeout s waiting for: $sql");
+	return 0;
+}
+
+# The node's server log from byte $offset on.
+sub log_since
+{
+	my ($node, $offset) = @_;
+	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+}
+
+# How many times $re matches the node's log from byte $offset on.
+sub log_count
+{
+	my ($node, $re, $offset) = @_;
+	my $count = () = log_since($node, $offset) =~ /$re/g;
+	return $count;
+}
+
+# The pids of the running outbox workers, ascending: [pid, ...]; [] if the
+# server does not answer (it may be restarting).
+sub worker_pids
+{
+	my ($node) = @_;
+	my ($out, $err);
+	my $ret = $node->psql('postgres', q{SELECT pid FROM pg_stat_activity
+		WHERE backend_type = 'outbox shard' ORDER BY pid}, stdout => \$out, stderr => \$err);
+	return $ret == 0 ? [ grep { length } split /\n/, $out ] : [];
 }
 
 # ---- Kafka ---------------------------------------------------------------
