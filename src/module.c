@@ -15,7 +15,7 @@ void
 _PG_init(void)
 {
 	outbox_define_settings();
-	outbox_install_xact_callback();
+	outbox_install_send_callbacks();
 
 	/* loaded by a backend on first use: outbox_send() works, nothing delivers */
 	if (!process_shared_preload_libraries_in_progress)

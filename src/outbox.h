@@ -68,7 +68,7 @@ extern void outbox_set_drop_pending(int pid);
 extern bool outbox_drop_pending(void);
 
 /* send.c */
-extern void outbox_install_xact_callback(void);
+extern void outbox_install_send_callbacks(void);
 extern int	outbox_shard_for(const char *key, int keylen, bool key_isnull,
 							 int64 id, int nshards);
 

@@ -22,6 +22,7 @@
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -169,52 +170,77 @@ warn_if_not_delivered(void)
 				 errhint("Set outbox.database to \"%s\" and restart the server.", dbname)));
 }
 
-static SendTarget *
-lookup_target(FunctionCallInfo fcinfo)
+/*
+ * The extension's relations, looked up once per backend and again only
+ * after a relcache invalidation touches one of them (DDL, DROP EXTENSION):
+ * with one event per transaction, looking them up per query would cost as
+ * much as the insert.
+ */
+static SendTarget relations;
+static Oid	relations_namespace = InvalidOid;
+
+static void
+forget_relations(Datum arg, Oid relid)
 {
-	SendTarget *target = (SendTarget *) fcinfo->flinfo->fn_extra;
-	Oid			namespace;
-	Relation	index;
+	if (relid == InvalidOid || relid == relations.table ||
+		relid == relations.index || relid == relations.sequence)
+		relations_namespace = InvalidOid;
+}
 
-	if (target != NULL)
-		return target;
+static void
+find_relations(Oid namespace)
+{
+	Oid			retry_index;
+	Relation	rel;
+	List	   *indexes;
 
-	/* the table lives in the schema the function was created in */
-	namespace = get_func_namespace(fcinfo->flinfo->fn_oid);
-	target = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(SendTarget));
-	target->table = get_relname_relid("outbox", namespace);
-	target->index = get_relname_relid("outbox_pkey", namespace);
-	target->sequence = get_relname_relid("outbox_id_seq", namespace);
-	if (!OidIsValid(target->table) || !OidIsValid(target->index) ||
-		!OidIsValid(target->sequence))
+	relations.table = get_relname_relid("outbox", namespace);
+	relations.index = get_relname_relid("outbox_pkey", namespace);
+	relations.sequence = get_relname_relid("outbox_id_seq", namespace);
+	retry_index = get_relname_relid("outbox_retry_idx", namespace);
+	if (!OidIsValid(relations.table) || !OidIsValid(relations.index) ||
+		!OidIsValid(relations.sequence))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("the outbox extension's table is missing from schema \"%s\"",
 						get_namespace_name(namespace))));
 
 	/* rows are inserted into the primary key only: refuse to skip others */
-	{
-		Relation	rel = table_open(target->table, AccessShareLock);
-		List	   *indexes = RelationGetIndexList(rel);
-		Oid			retry_index = get_relname_relid("outbox_retry_idx", namespace);
+	rel = table_open(relations.table, AccessShareLock);
+	indexes = RelationGetIndexList(rel);
+	if (list_length(indexes) != 2 || !list_member_oid(indexes, relations.index) ||
+		!list_member_oid(indexes, retry_index))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the outbox table has indexes other than its own"),
+				 errhint("Drop the indexes added to \"%s\".outbox.",
+						 get_namespace_name(namespace))));
+	table_close(rel, AccessShareLock);
+	relations_namespace = namespace;
+}
 
-		if (list_length(indexes) != 2 || !list_member_oid(indexes, target->index) ||
-			!list_member_oid(indexes, retry_index))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("the outbox table has indexes other than its own"),
-					 errhint("Drop the indexes added to \"%s\".outbox.",
-							 get_namespace_name(namespace))));
-		table_close(rel, AccessShareLock);
-	}
+/* The relations for this call site (the function's own schema). */
+static SendTarget *
+lookup_target(FunctionCallInfo fcinfo)
+{
+	SendTarget *target = (SendTarget *) fcinfo->flinfo->fn_extra;
+	Oid			namespace;
+	Relation	index;
+	MemoryContext old;
 
+	if (target != NULL)
+		return target;
+
+	namespace = get_func_namespace(fcinfo->flinfo->fn_oid);
+	if (namespace != relations_namespace)
+		find_relations(namespace);
+
+	target = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(SendTarget));
+	*target = relations;
 	index = index_open(target->index, AccessShareLock);
-	{
-		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-
-		target->index_info = BuildIndexInfo(index);
-		MemoryContextSwitchTo(old);
-	}
+	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	target->index_info = BuildIndexInfo(index);
+	MemoryContextSwitchTo(old);
 	index_close(index, AccessShareLock);
 
 	fcinfo->flinfo->fn_extra = target;
@@ -449,7 +475,8 @@ outbox_xact_callback(XactEvent event, void *arg)
 }
 
 void
-outbox_install_xact_callback(void)
+outbox_install_send_callbacks(void)
 {
 	RegisterXactCallback(outbox_xact_callback, NULL);
+	CacheRegisterRelcacheCallback(forget_relations, (Datum) 0);
 }

@@ -58,6 +58,7 @@ typedef struct WorkerState
 	MemoryContext batch_contexts[2];
 	OutboxBatch batches[2];
 	OutboxBatch *in_flight;		/* produced, not settled yet; or NULL */
+	MemoryContext pass_context;	/* anything else a pass allocates */
 } WorkerState;
 
 void
@@ -557,7 +558,7 @@ deliver(WorkerState *st)
 static long
 run_pass(WorkerState *st)
 {
-	MemoryContext worker_context = CurrentMemoryContext;
+	MemoryContext pass_context = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 	volatile long wait_ms = 0;
 
@@ -601,7 +602,7 @@ run_pass(WorkerState *st)
 	{
 		/* an error skips deliver()'s RESUME_INTERRUPTS */
 		InterruptHoldoffCount = holdoff;
-		MemoryContextSwitchTo(worker_context);
+		MemoryContextSwitchTo(pass_context);
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
@@ -613,7 +614,7 @@ run_pass(WorkerState *st)
 		wait_ms = back_off(st);
 	}
 	PG_END_TRY();
-	MemoryContextSwitchTo(worker_context);
+	MemoryContextSwitchTo(pass_context);
 	return wait_ms;
 }
 
@@ -638,8 +639,8 @@ outbox_worker_main(Datum main_arg)
 	for (int i = 0; i < 2; i++)
 		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
 													 ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(AllocSetContextCreate(TopMemoryContext, "outbox worker",
-												ALLOCSET_DEFAULT_SIZES));
+	st.pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
+											ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG,
 			(errmsg("outbox shard %d of %d started: delivering database \"%s\" to %s",
 					st.shard, outbox_shards, outbox_database, outbox_brokers)));
@@ -649,6 +650,9 @@ outbox_worker_main(Datum main_arg)
 		long		wait_ms;
 
 		CHECK_FOR_INTERRUPTS();
+		/* what a pass allocates outside its batches lives until the next */
+		MemoryContextSwitchTo(st.pass_context);
+		MemoryContextReset(st.pass_context);
 		if (ConfigReloadPending)
 			reload_settings(&st);
 		wait_ms = run_pass(&st);
