@@ -200,6 +200,8 @@ enqueue	stmt_time_ratio	<=	1.2
 drain	ratio_s1_to_sql	>=	0.7
 drain	ratio_s2_to_sql	>=	0.7
 drain	ratio_s4_to_sql	>=	0.7
+latency	r1000_ack_p50_ms	<=	3
+latency	r1000_ack_p99_ms	<=	20
 latency	r1000_p50_ms	<=	3
 latency	r1000_p99_ms	<=	20
 memory	peak_vmrss_mb	<	64
@@ -401,6 +403,29 @@ cat > "$WORK/sql/latency.sql" <<EOF
 \set i random(1, 1000)
 SELECT outbox_send('$TOPIC', (extract(epoch from clock_timestamp()) * 1e6)::bigint::text, 'k' || :i);
 EOF
+# Commit-to-acknowledgement, measured in the server: send one event, commit,
+# and poll until the worker has deleted it, which it does only after Kafka
+# acknowledged it (so this is an upper bound: it includes the delete).
+"${PSQL[@]}" >/dev/null <<'SQL'
+CREATE TABLE ack_latency (ms float8);
+CREATE PROCEDURE sample_ack_latency(samples int, pause float8) LANGUAGE plpgsql AS $$
+DECLARE
+    v_id bigint;
+    t0 timestamptz;
+BEGIN
+    FOR i IN 1..samples LOOP
+        v_id := outbox_send('ack_latency', 'x', 'ack');
+        COMMIT;
+        t0 := clock_timestamp();
+        WHILE EXISTS (SELECT FROM outbox WHERE id = v_id) LOOP
+            PERFORM pg_sleep(0.0002);
+        END LOOP;
+        INSERT INTO ack_latency VALUES (extract(epoch FROM clock_timestamp() - t0) * 1000);
+        COMMIT;
+        PERFORM pg_sleep(pause);
+    END LOOP;
+END $$;
+SQL
 wait_workers "$SHARDS_NOW"
 echo "server up: $(sql 'SHOW server_version'), outbox workers: $(worker_pids)"
 
@@ -567,11 +592,19 @@ stop_consumer() { # outfile
 consumer_field() { sed -n "s/^RESULT.* $2=\([^ ]*\).*/\1/p" "$1"; }
 
 latency_run() { # run label rate
-  local f=$WORK/consumer.out pf=$WORK/pgbench_latency.out committed count
+  local f=$WORK/consumer.out pf=$WORK/pgbench_latency.out committed count sampler
   start_consumer "$f"
+  sql "TRUNCATE ack_latency"
+  # about 20 samples a second of commit-to-ack, under the pgbench load
+  "${PSQL[@]}" -c "CALL sample_ack_latency($((LAT_T * 20 - 20)), 0.04)" >/dev/null &
+  sampler=$!
   "${PGBENCH[@]}" -c $PGB_CLIENTS -j 2 -R "$3" -T $LAT_T -f "$WORK/sql/latency.sql" > "$pf" 2>&1 || { cat "$pf"; fail "pgbench failed"; }
+  wait "$sampler" || fail "the commit-to-ack sampler failed"
   wait_empty 600
   stop_consumer "$f"
+  record latency "${2}_ack_p50_ms" ms "$1" "$(sql "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 3) FROM ack_latency")"
+  record latency "${2}_ack_p99_ms" ms "$1" "$(sql "SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 3) FROM ack_latency")"
+  record latency "${2}_ack_max_ms" ms "$1" "$(sql "SELECT round(max(ms)::numeric, 3) FROM ack_latency")"
   committed=$(pgb_count "$pf"); count=$(consumer_field "$f" count)
   record latency "${2}_pgbench_tps" tps "$1" "$(pgb_tps "$pf")"
   record latency "${2}_p50_ms" ms "$1" "$(consumer_field "$f" p50_ms)"
