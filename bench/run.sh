@@ -25,9 +25,11 @@
 #              shard when the backlog lands in a small outbox that nothing
 #              analyzes first ("burst"); baselines: the same batches read
 #              and deleted by SQL alone, a plain librdkafka producer
-#   latency    outbox_send() to a consumer at 1000/s and at 80% of the
-#              maximum rate; floor: a plain producer through the same broker
-#              and consumer
+#   latency    at 1000/s and at 80% of the maximum rate (pgbench): commit to
+#              Kafka's acknowledgement, sampled in the server (send, commit,
+#              wait until the worker deleted the row: "ack"), and
+#              outbox_send() to a consumer; floor: a plain producer through
+#              the same broker and consumer
 #   sustained  5 minutes at 50% of the maximum rate, a REPEATABLE READ
 #              snapshot held for 60 s in the middle: per-30-s windows, and
 #              the outbox's size before, at the end and 60 s later
