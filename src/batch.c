@@ -77,8 +77,8 @@ free_plan(SPIPlanPtr *plan)
 	*plan = NULL;
 }
 
-void
-outbox_forget_plans(void)
+static void
+forget_plans(void)
 {
 	free_plan(&plans.read);
 	free_plan(&plans.read_holding);
@@ -194,14 +194,14 @@ find_extension(bool *recreated)
 	if (SPI_processed == 0)
 	{
 		if (OidIsValid(plans_extension_oid))
-			outbox_forget_plans();
+			forget_plans();
 		return false;
 	}
 
 	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
 	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	outbox_forget_plans();
+	forget_plans();
 	prepare_plans(schema);
 	plans_extension_oid = extension_oid;
 	*recreated = true;

@@ -69,8 +69,6 @@ extern bool outbox_drop_pending(void);
 
 /* send.c */
 extern void outbox_install_send_callbacks(void);
-extern int	outbox_shard_for(const char *key, int keylen, bool key_isnull,
-							 int64 id, int nshards);
 
 /* drop_database.c */
 extern void outbox_install_utility_hook(void);
@@ -119,7 +117,6 @@ typedef struct OutboxBatch
 } OutboxBatch;
 
 /* batch.c: the worker's SQL, as saved plans */
-extern void outbox_forget_plans(void);
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor,
 							  int limit, uint64 *rewind_generation);

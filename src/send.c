@@ -136,8 +136,8 @@ check_payload_size(Size len)
 						len, outbox_max_message_bytes)));
 }
 
-int
-outbox_shard_for(const char *key, int keylen, bool key_isnull, int64 id,
+static int
+shard_for(const char *key, int keylen, bool key_isnull, int64 id,
 				 int nshards)
 {
 	/* events without a key have no order to keep: spread them by id */
@@ -269,7 +269,7 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 			 RelationGetDescr(rel)->natts, OUTBOX_NCOLUMNS);
 
 	id = outbox_next_id_registered(target->sequence);
-	shard = outbox_shard_for(key, keylen, key_isnull, id, outbox_shards);
+	shard = shard_for(key, keylen, key_isnull, id, outbox_shards);
 
 	memset(nulls, false, sizeof(nulls));
 	values[COL_ID] = Int64GetDatum(id);
@@ -422,7 +422,7 @@ outbox_shard_of(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("outbox event id must not be NULL")));
-	PG_RETURN_INT32(outbox_shard_for(key ? VARDATA_ANY(key) : NULL,
+	PG_RETURN_INT32(shard_for(key ? VARDATA_ANY(key) : NULL,
 									 key ? VARSIZE_ANY_EXHDR(key) : 0,
 									 key == NULL, PG_GETARG_INT64(1),
 									 outbox_shards));
