@@ -59,6 +59,7 @@ typedef struct WorkerState
 	OutboxBatch batches[2];
 	OutboxBatch *in_flight;		/* produced, not settled yet; or NULL */
 	MemoryContext pass_context;	/* anything else a pass allocates */
+	XLogRecPtr	settled_lsn;	/* commit of the last settle, maybe unflushed */
 } WorkerState;
 
 void
@@ -466,6 +467,14 @@ read_next_batch(WorkerState *st)
 static void
 start_batch(WorkerState *st, OutboxBatch *batch)
 {
+	/*
+	 * Settles commit asynchronously (they are not on the path of a commit
+	 * fsync, which other sessions' commits usually do for them), but a
+	 * settle's deletes must be durable before the batch after next is
+	 * produced: then a crash re-sends at most the two batches in flight.
+	 */
+	if (!XLogRecPtrIsInvalid(st->settled_lsn))
+		XLogFlush(st->settled_lsn);
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing a batch");
 	produce_batch(st, batch);
 	st->in_flight = batch;
@@ -521,6 +530,7 @@ deliver_step(WorkerState *st)
 		may_start_batch(st) && st->producer != NULL)
 		start_batch(st, next);
 	outbox_finish_batch(done, st->shard);
+	st->settled_lsn = XactLastCommitEnd;
 	if (st->in_flight == NULL)
 		st->cursor = next_cursor(done);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -636,6 +646,8 @@ outbox_worker_main(Datum main_arg)
 	outbox_set_connect_failures(st.shard, 0);
 
 	outbox_envelope_init(outbox_database);
+	/* see start_batch() for how durability is kept */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	for (int i = 0; i < 2; i++)
 		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
 													 ALLOCSET_DEFAULT_SIZES);
