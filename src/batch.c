@@ -399,7 +399,6 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading a batch failed");
 	copy_events(batch, batch_context);
-	batch->reached_end = batch->nevents < limit;
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
 	return true;

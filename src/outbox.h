@@ -113,7 +113,6 @@ typedef struct OutboxBatch
 	int64		scan_from;		/* the read covered ids from here */
 	int64		floor;			/* lowest id an open transaction can commit */
 	int64		held_min_id;	/* lowest id waiting for its retry time */
-	bool		reached_end;	/* read every visible row from scan_from */
 } OutboxBatch;
 
 /* batch.c: the worker's SQL, as saved plans */
