@@ -1,11 +1,12 @@
 EXTENSION = outbox
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
 
 MODULE_big = outbox
 OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/drop_database.o \
-       src/worker.o src/batch.o src/producer.o src/envelope.o src/outbox.pb-c.o
+       src/worker.o src/batch.o src/durability.o src/producer.o src/envelope.o src/outbox.pb-c.o
 
-DATA = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \
+       sql/$(EXTENSION)--0.1.0--0.2.0.sql
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
@@ -13,7 +14,7 @@ REGRESS = send bad_input dead_letter privileges
 REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
 TAP_TESTS = 1
 
-PG_CPPFLAGS = -Isrc -Wall -Wextra -Werror -Wno-unused-parameter \
+PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-missing-field-initializers
 SHLIB_LINK = -lrdkafka -lprotobuf-c
 

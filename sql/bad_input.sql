@@ -97,6 +97,8 @@ SELECT outbox_send('t', '{}'::jsonb, NULL, '{"outbox-id": "1"}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT outbox_send('t', 'x'::text, 'k', '{"a": "1", "outbox-id": "2"}');
 \echo :LAST_ERROR_SQLSTATE
+SELECT outbox_send('t', 'x'::text, 'k', '{"outbox-instance": "u"}');
+\echo :LAST_ERROR_SQLSTATE
 
 SELECT (SELECT count(*) FROM lost) AS lost, (SELECT count(*) FROM added) AS added;
 
@@ -225,6 +227,16 @@ ALTER SYSTEM SET outbox.kafka_config = 'acks=1';
 ALTER SYSTEM SET outbox.kafka_config = 'max.in.flight=10';
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET outbox.kafka_config = 'queuing.strategy=lifo';
+\echo :LAST_ERROR_SQLSTATE
+-- topic-level properties cannot slip through with their "topic." prefix
+ALTER SYSTEM SET outbox.kafka_config = 'topic.partitioner=random';
+\echo :LAST_ERROR_SQLSTATE
+-- nor can code be loaded into the server, or the worker's accounting broken
+ALTER SYSTEM SET outbox.kafka_config = 'plugin.library.paths=/tmp/x.so';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'delivery.report.only.error=true';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'queue.buffering.max.kbytes=99999999';
 \echo :LAST_ERROR_SQLSTATE
 -- a comma inside a value must be escaped: unescaped, the rest is an item
 ALTER SYSTEM SET outbox.kafka_config = 'sasl.password=a,b';

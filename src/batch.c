@@ -13,7 +13,9 @@
 #include "outbox.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -29,11 +31,15 @@ typedef struct Plans
 {
 	SPIPlanPtr	read;			/* next events, no key held back */
 	SPIPlanPtr	read_holding;	/* next events, keys behind a retry skipped */
-	SPIPlanPtr	held;			/* events waiting for their retry time */
+	SPIPlanPtr	held;			/* keyed events waiting for their retry time */
+	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
 	SPIPlanPtr	delete;
+	SPIPlanPtr	delete_by_id;
 	SPIPlanPtr	record_failures;
 	SPIPlanPtr	dead_letter;
 	SPIPlanPtr	reshard;
+	SPIPlanPtr	instance;
+	SPIPlanPtr	rotate_instance;
 } Plans;
 
 static SPIPlanPtr extension_plan = NULL;
@@ -47,8 +53,22 @@ static bool may_hold_events = true;
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
 
-/* Most waiting events whose keys one read holds back. */
+/* The id space of this extension's ids (outbox_instance), and its timeline. */
+static char instance_id[64] = "";
+static TimeLineID instance_timeline = 0;
+
+/*
+ * Most keyed waiting events one read holds back. Past them, the read stops
+ * at the last one's id, so no later event of a key beyond the limit can
+ * overtake its waiting predecessor.
+ */
 #define MAX_HELD 10000
+
+#if PG_VERSION_NUM >= 150000
+#define CURRENT_TIMELINE() GetWALInsertionTimeLine()
+#else
+#define CURRENT_TIMELINE() ThisTimeLineID
+#endif
 
 static SPIPlanPtr
 prepare_with(const char *sql, int nargs, Oid *argtypes, int cursor_options)
@@ -83,88 +103,170 @@ forget_plans(void)
 	free_plan(&plans.read);
 	free_plan(&plans.read_holding);
 	free_plan(&plans.held);
+	free_plan(&plans.held_min);
 	free_plan(&plans.delete);
+	free_plan(&plans.delete_by_id);
 	free_plan(&plans.record_failures);
 	free_plan(&plans.dead_letter);
 	free_plan(&plans.reshard);
+	free_plan(&plans.instance);
+	free_plan(&plans.rotate_instance);
 	plans_extension_oid = InvalidOid;
+	instance_timeline = 0;
+}
+
+/*
+ * The worker runs as a superuser in a database whose owner may plant
+ * functions and operators: besides the search_path the worker forces
+ * (pg_catalog, pg_temp), every function and operator here is qualified.
+ * OPERATOR() binds like any other operator, so it is parenthesised.
+ */
+#define EQ " OPERATOR(pg_catalog.=) "
+
+static void
+prepare_read_plans(const char *s)
+{
+	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
+	Oid			shard_arg[] = {INT4OID};
+	const char *read_sql =
+		"SELECT id, topic, key, payload, headers, created_at, ctid FROM %s.outbox o"
+		" WHERE shard" EQ "$1 AND id OPERATOR(pg_catalog.>=) $2"
+		" AND id OPERATOR(pg_catalog.<) $4"
+		" AND (next_attempt_at IS NULL"
+		"      OR next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+		"%s ORDER BY id LIMIT $3";
+	const char *holding =
+		" AND NOT EXISTS (SELECT FROM pg_catalog.unnest($5, $6) AS h(key, id)"
+		"   WHERE o.key" EQ "h.key AND o.id OPERATOR(pg_catalog.>) h.id)";
+
+	plans.read = prepare(psprintf(read_sql, s, ""), 4, read_args);
+	plans.read_holding = prepare(psprintf(read_sql, s, holding), 6, read_args);
+	plans.held = prepare(psprintf(
+								  "SELECT key, id FROM %s.outbox"
+								  " WHERE shard" EQ "$1 AND key IS NOT NULL"
+								  " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()"
+								  " ORDER BY id LIMIT %d", s, MAX_HELD),
+						 1, shard_arg);
+	plans.held_min = prepare(psprintf(
+									  "SELECT pg_catalog.min(id) FROM %s.outbox"
+									  " WHERE shard" EQ "$1"
+									  " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()", s),
+							 1, shard_arg);
+}
+
+static void
+prepare_settle_plans(const char *s)
+{
+	Oid			delete_args[] = {TIDARRAYOID, INT8ARRAYOID};
+	Oid			by_id_args[] = {INT4OID, INT8ARRAYOID};
+	Oid			failure_args[] = {INT4OID, INT8ARRAYOID, TEXTARRAYOID, BOOLARRAYOID,
+	INT4OID, INT4OID};
+	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
+
+	/*
+	 * By row position: no index descent per event. The id check keeps a
+	 * table rewrite (VACUUM FULL, CLUSTER, pg_repack) from turning an old
+	 * position into another, undelivered event; the rows a rewrite moved
+	 * are then deleted by id. Planned for each batch: a generic plan made
+	 * while the table was small is a sequential scan, and stays one as a
+	 * backlog grows (2000 ms per batch of 1000 in a 200k-row outbox).
+	 */
+	plans.delete = prepare_with(psprintf(
+										 "DELETE FROM %s.outbox WHERE ctid" EQ "ANY($1)"
+										 " AND id" EQ "ANY($2)", s),
+								2, delete_args, CURSOR_OPT_CUSTOM_PLAN);
+	plans.delete_by_id = prepare_with(psprintf(
+											   "DELETE FROM %s.outbox WHERE shard" EQ "$1"
+											   " AND id" EQ "ANY($2)", s),
+									  2, by_id_args, CURSOR_OPT_CUSTOM_PLAN);
+
+	/*
+	 * A refused event counts an attempt and waits longer each time (the
+	 * exponent is capped: the wait is capped long before 2^40 anyway, and
+	 * power() overflows at 2^1024); one Kafka will take later waits the
+	 * shortest back-off, uncounted.
+	 */
+	plans.record_failures = prepare(psprintf(
+											 "UPDATE %s.outbox o SET"
+											 " attempts = o.attempts OPERATOR(pg_catalog.+)"
+											 "   (CASE WHEN f.permanent THEN 1 ELSE 0 END),"
+											 " last_error = f.error,"
+											 " last_attempt_at = pg_catalog.now(),"
+											 " next_attempt_at = pg_catalog.now() OPERATOR(pg_catalog.+)"
+											 "  (interval '1 ms' OPERATOR(pg_catalog.*) (CASE WHEN f.permanent"
+											 "   THEN least($6::float8, $5::float8 OPERATOR(pg_catalog.*)"
+											 "        pg_catalog.power(2::float8, least(o.attempts, 40)::float8))"
+											 "   ELSE $5::float8 END))"
+											 " FROM pg_catalog.unnest($2, $3, $4) AS f(id, error, permanent)"
+											 " WHERE o.shard" EQ "$1 AND o.id" EQ "f.id", s),
+									6, failure_args);
+	plans.dead_letter = prepare(psprintf(
+										 "WITH moved AS ("
+										 " DELETE FROM %s.outbox WHERE shard" EQ "$1 AND id" EQ "ANY($2)"
+										 " AND attempts OPERATOR(pg_catalog.>=) $3"
+										 " RETURNING id, topic, key, payload, headers, created_at,"
+										 " attempts, last_error)"
+										 " INSERT INTO %s.outbox_dead_letter"
+										 " (id, topic, key, payload, headers, created_at, attempts,"
+										 " last_error, failed_at)"
+										 " SELECT *, pg_catalog.now() FROM moved", s, s),
+								3, dead_args);
 }
 
 static void
 prepare_plans(const char *schema)
 {
 	const char *s = quote_identifier(schema);
-	Oid			read_args[] = {INT4OID, INT8OID, INT4OID};
-	Oid			holding_args[] = {INT4OID, INT8OID, INT4OID, BYTEAARRAYOID, INT8ARRAYOID};
-	Oid			shard_arg[] = {INT4OID};
-	Oid			ctids_arg[] = {TIDARRAYOID};
-	Oid			failure_args[] = {INT4OID, INT8ARRAYOID, TEXTARRAYOID, BOOLARRAYOID,
-	INT4OID, INT4OID};
-	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
 	Oid			reshard_args[] = {INT4OID, INT4OID};
-	const char *columns = "id, topic, key, payload, headers, created_at, ctid";
+	Oid			timeline_arg[] = {INT8OID};
 
-	plans.read = prepare(psprintf(
-								  "SELECT %s FROM %s.outbox"
-								  " WHERE shard = $1 AND id >= $2"
-								  " AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
-								  " ORDER BY id LIMIT $3", columns, s),
-						 3, read_args);
-	plans.read_holding = prepare(psprintf(
-										  "SELECT %s FROM %s.outbox o"
-										  " WHERE shard = $1 AND id >= $2"
-										  " AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
-										  " AND NOT EXISTS (SELECT FROM unnest($4, $5) AS h(key, id)"
-										  "   WHERE o.key = h.key AND o.id > h.id)"
-										  " ORDER BY id LIMIT $3", columns, s),
-								 5, holding_args);
-	plans.held = prepare(psprintf(
-								  "SELECT key, id FROM %s.outbox"
-								  " WHERE shard = $1 AND next_attempt_at > now()"
-								  " ORDER BY id LIMIT %d", s, MAX_HELD),
-						 1, shard_arg);
-	/*
-	 * By row position, not by id: no index descent per event. Only this
-	 * worker changes its shard's rows, so a position read in this batch
-	 * still holds the same row. Planned for each batch: a generic plan made
-	 * while the table was small is a sequential scan, and stays one as a
-	 * backlog grows (2000 ms per batch of 1000 in a 200k-row outbox).
-	 */
-	plans.delete = prepare_with(psprintf(
-										 "DELETE FROM %s.outbox WHERE ctid = ANY($1)", s),
-								1, ctids_arg, CURSOR_OPT_CUSTOM_PLAN);
-
-	/*
-	 * A refused event counts an attempt and waits longer each time; one
-	 * Kafka will take later waits the shortest back-off, uncounted.
-	 */
-	plans.record_failures = prepare(psprintf(
-											 "UPDATE %s.outbox o SET"
-											 " attempts = o.attempts + f.permanent::int,"
-											 " last_error = f.error,"
-											 " last_attempt_at = now(),"
-											 " next_attempt_at = now() + interval '1 ms' *"
-											 "   CASE WHEN f.permanent"
-											 "   THEN least($6::float8, $5 * power(2::float8, o.attempts))"
-											 "   ELSE $5 END"
-											 " FROM unnest($2, $3, $4) AS f(id, error, permanent)"
-											 " WHERE o.shard = $1 AND o.id = f.id", s),
-									6, failure_args);
-	plans.dead_letter = prepare(psprintf(
-										 "WITH moved AS ("
-										 " DELETE FROM %s.outbox WHERE shard = $1 AND id = ANY($2)"
-										 " AND attempts >= $3"
-										 " RETURNING id, topic, key, payload, headers, created_at,"
-										 " attempts, last_error)"
-										 " INSERT INTO %s.outbox_dead_letter"
-										 " (id, topic, key, payload, headers, created_at, attempts,"
-										 " last_error, failed_at)"
-										 " SELECT *, now() FROM moved", s, s),
-								3, dead_args);
+	prepare_read_plans(s);
+	prepare_settle_plans(s);
 	plans.reshard = prepare(psprintf(
 									 "UPDATE %s.outbox SET shard = $1"
-									 " WHERE shard >= $2 AND %s.outbox_shard_of(key, id) = $1", s, s),
+									 " WHERE shard OPERATOR(pg_catalog.>=) $2"
+									 " AND %s.outbox_shard_of(key, id)" EQ "$1", s, s),
 							2, reshard_args);
+	plans.instance = prepare(psprintf("SELECT id::text, timeline FROM %s.outbox_instance", s),
+							 0, NULL);
+	/* ids may repeat on a new timeline (an asynchronous standby promoted) */
+	plans.rotate_instance = prepare(psprintf(
+											 "UPDATE %s.outbox_instance SET id = pg_catalog.gen_random_uuid(),"
+											 " timeline = $1 WHERE timeline OPERATOR(pg_catalog.<>) $1", s),
+									1, timeline_arg);
+}
+
+/*
+ * Reads the id space of the extension's ids, replacing it first when the
+ * server now writes on another timeline than the one it was made on.
+ */
+static void
+load_instance(void)
+{
+	TimeLineID	timeline = CURRENT_TIMELINE();
+	Datum		args[1] = {Int64GetDatum((int64) timeline)};
+	bool		isnull;
+
+	if (instance_timeline == timeline)
+		return;
+	if (SPI_execute_plan(plans.rotate_instance, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "outbox: renewing outbox_instance failed");
+	if (SPI_execute_plan(plans.instance, NULL, NULL, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox_instance must hold exactly one row")));
+	strlcpy(instance_id,
+			TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											  1, &isnull)),
+			sizeof(instance_id));
+	instance_timeline = timeline;
+}
+
+const char *
+outbox_instance_id(void)
+{
+	return instance_id;
 }
 
 /*
@@ -177,6 +279,7 @@ find_extension(bool *recreated)
 {
 	Oid			extension_oid;
 	char	   *schema;
+	char	   *version;
 	bool		isnull;
 
 	/* the cheap check every step; SQL only when the extension changed */
@@ -186,9 +289,9 @@ find_extension(bool *recreated)
 		return true;
 
 	if (extension_plan == NULL)
-		extension_plan = prepare("SELECT e.oid, n.nspname FROM pg_catalog.pg_extension e"
-								 " JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
-								 " WHERE e.extname = 'outbox'", 0, NULL);
+		extension_plan = prepare("SELECT e.oid, n.nspname, e.extversion FROM pg_catalog.pg_extension e"
+								 " JOIN pg_catalog.pg_namespace n ON n.oid" EQ "e.extnamespace"
+								 " WHERE e.extname" EQ "'outbox'::pg_catalog.name", 0, NULL);
 	if (SPI_execute_plan(extension_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: looking up the extension failed");
 	if (SPI_processed == 0)
@@ -201,6 +304,14 @@ find_extension(bool *recreated)
 	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
 	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+	if (strcmp(version, OUTBOX_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"outbox\" is at version %s, the library is %s",
+						version, OUTBOX_VERSION),
+				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
+						 get_database_name(MyDatabaseId))));
 	forget_plans();
 	prepare_plans(schema);
 	plans_extension_oid = extension_oid;
@@ -263,30 +374,38 @@ copy_headers(OutboxEvent *event, Jsonb *headers)
 	event->nheaders = i;
 }
 
+/* Copies a bytea, detoasting it without keeping a second copy. */
 static void
 copy_bytes(Datum datum, char **data, int *len)
 {
 	bytea	   *value = DatumGetByteaPP(datum);
 
 	*len = VARSIZE_ANY_EXHDR(value);
-	*data = palloc(*len + 1);
+	*data = palloc_extended(*len + 1, MCXT_ALLOC_HUGE);
 	memcpy(*data, VARDATA_ANY(value), *len);
 	(*data)[*len] = '\0';
+	if ((Pointer) value != DatumGetPointer(datum))
+		pfree(value);
 }
 
-/* Copies the rows SPI returned into the batch, in the batch's context. */
+/*
+ * Copies the rows SPI returned into the batch, in the batch's context, up
+ * to outbox.batch_bytes of payload (at least one event): the rest is read
+ * again next time, so a worker's memory is bounded by bytes, not events.
+ */
 static void
 copy_events(OutboxBatch *batch, MemoryContext batch_context)
 {
 	MemoryContext old = MemoryContextSwitchTo(batch_context);
 	TupleDesc	desc = SPI_tuptable->tupdesc;
+	int64		bytes = 0;
+	int			n = 0;
 
-	batch->nevents = SPI_processed;
-	batch->events = palloc0(sizeof(OutboxEvent) * Max(batch->nevents, 1));
-	for (int i = 0; i < batch->nevents; i++)
+	batch->events = palloc0(sizeof(OutboxEvent) * Max(SPI_processed, 1));
+	while (n < (int) SPI_processed && (n == 0 || bytes < outbox_batch_bytes))
 	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		OutboxEvent *event = &batch->events[i];
+		HeapTuple	row = SPI_tuptable->vals[n];
+		OutboxEvent *event = &batch->events[n];
 		bool		isnull;
 		Datum		value;
 
@@ -303,73 +422,81 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context)
 		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
 		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
 		event->outcome = EVENT_SKIPPED;
+		bytes += event->payloadlen + event->keylen;
+		n++;
 	}
+	batch->nevents = n;
 	MemoryContextSwitchTo(old);
 }
 
 /*
  * Reads the keys of events waiting for a retry: later events with those
- * keys must wait behind them. Returns how many keys hold others back.
+ * keys must wait behind them. Returns how many keys hold others back; sets
+ * *read_below to the id no read may reach while more keys wait than one
+ * read can hold back, and *min_id to the lowest waiting id, keyless ones
+ * included (the cursor must come back to them).
  */
 static int
-read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *min_id)
+read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
+		  int64 *min_id)
 {
 	Datum		args[1] = {Int32GetDatum(shard)};
 	Datum	   *key_datums;
 	int64	   *id_values;
+	bool		isnull;
 	int			n;
-	int			nkeys = 0;
 
 	*min_id = PG_INT64_MAX;
+	*read_below = PG_INT64_MAX;
 	if (!may_hold_events)
 		return 0;
-	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_plan(plans.held_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
-	n = SPI_processed;
-	if (n == 0)
+	*min_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
 	{
+		*min_id = PG_INT64_MAX;
 		may_hold_events = false;
 		return 0;
 	}
 
-	key_datums = palloc(sizeof(Datum) * n);
-	id_values = palloc(sizeof(int64) * n);
+	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: reading events waiting for a retry failed");
+	n = SPI_processed;
+	key_datums = palloc(sizeof(Datum) * Max(n, 1));
+	id_values = palloc(sizeof(int64) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
-		bool		key_isnull;
-		bool		isnull;
-		int64		id = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
-		Datum		key = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &key_isnull);
 
-		*min_id = Min(*min_id, id);
-		/* an event without a key holds nothing back */
-		if (key_isnull)
-			continue;
-		key_datums[nkeys] = key;
-		id_values[nkeys] = id;
-		nkeys++;
+		key_datums[i] = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
+		id_values[i] = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
 	}
-	*keys = construct_array(key_datums, nkeys, BYTEAOID, -1, false, TYPALIGN_INT);
-	*ids = int8_array(id_values, nkeys);
-	return nkeys;
+	if (n == MAX_HELD)
+		*read_below = id_values[n - 1];
+	*keys = construct_array(key_datums, n, BYTEAOID, -1, false, TYPALIGN_INT);
+	*ids = int8_array(id_values, n);
+	return n;
 }
 
 /*
  * Reads the next events of a shard: those committed with id >= the scan
  * start, in id order, that are due and not behind a retry of their key.
  * The scan starts at the worker's cursor, or lower if a transaction still
- * open can commit a lower id, or at 0 after a rewind. Returns false while
- * the extension does not exist.
+ * open can commit a lower id, or at 0 after a rewind (dead letters put
+ * back) that the worker has not yet taken in. The batch records what it
+ * was read under; the worker takes the rewind in only when it produces the
+ * batch, so a read thrown away cannot consume it. Returns false while the
+ * extension does not exist.
  */
 bool
 outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
-				  uint64 *rewind_generation)
+				  uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
 	ArrayType  *held_keys = NULL;
 	ArrayType  *held_ids = NULL;
-	uint64		generation;
+	int64		read_below;
 	int			nheld;
 	int			ret;
 	bool		recreated;
@@ -381,17 +508,21 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 		end_step(batch_context);
 		return false;
 	}
-	nheld = read_held(shard, &held_keys, &held_ids, &batch->held_min_id);
+	load_instance();
+	batch->extension_oid = plans_extension_oid;
+	nheld = read_held(shard, &held_keys, &held_ids, &read_below, &batch->held_min_id);
 
-	batch->floor = outbox_take_snapshot_floor(&generation);
+	batch->floor = outbox_take_snapshot_floor(&batch->rewind_generation);
+	/* every commit this snapshot sees ended before this point */
+	batch->visible_lsn = outbox_visible_commits_end();
 	batch->scan_from = Min(cursor, batch->floor);
-	if (generation != *rewind_generation || recreated)
+	if (batch->rewind_generation != rewind_generation || recreated)
 		batch->scan_from = 0;
-	*rewind_generation = generation;
 
 	{
-		Datum		args[5] = {Int32GetDatum(shard), Int64GetDatum(batch->scan_from),
-		Int32GetDatum(limit), PointerGetDatum(held_keys), PointerGetDatum(held_ids)};
+		Datum		args[6] = {Int32GetDatum(shard), Int64GetDatum(batch->scan_from),
+			Int32GetDatum(limit), Int64GetDatum(read_below),
+		PointerGetDatum(held_keys), PointerGetDatum(held_ids)};
 
 		ret = SPI_execute_plan(nheld > 0 ? plans.read_holding : plans.read,
 							   args, NULL, true, 0);
@@ -404,25 +535,43 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 	return true;
 }
 
+/*
+ * Deletes the delivered events: by position and id, and by id for those a
+ * table rewrite moved since they were read. A row missing altogether was
+ * deleted by someone else: nothing is left to do for it.
+ */
 static void
-delete_delivered(OutboxBatch *batch)
+delete_delivered(OutboxBatch *batch, int shard)
 {
 	Datum	   *ctids = palloc(sizeof(Datum) * Max(batch->nevents, 1));
+	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
 	int			n = 0;
-	Datum		args[1];
+	Datum		args[2];
 
 	for (int i = 0; i < batch->nevents; i++)
-		if (batch->events[i].outcome == EVENT_DELIVERED)
-			ctids[n++] = PointerGetDatum(&batch->events[i].ctid);
+	{
+		if (batch->events[i].outcome != EVENT_DELIVERED)
+			continue;
+		ctids[n] = PointerGetDatum(&batch->events[i].ctid);
+		ids[n] = batch->events[i].id;
+		n++;
+	}
 	if (n == 0)
 		return;
 	args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
 											  false, TYPALIGN_SHORT));
+	args[1] = PointerGetDatum(int8_array(ids, n));
 	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox: deleting delivered events failed");
-	if (SPI_processed != (uint64) n)
-		elog(ERROR, "outbox: deleted " UINT64_FORMAT " delivered events, expected %d",
-			 (uint64) SPI_processed, n);
+	if (SPI_processed == (uint64) n)
+		return;
+
+	ereport(DEBUG1,
+			(errmsg_internal("outbox shard %d: " UINT64_FORMAT " of %d delivered events moved since they were read, deleting them by id",
+							 shard, (uint64) (n - SPI_processed), n)));
+	args[0] = Int32GetDatum(shard);
+	if (SPI_execute_plan(plans.delete_by_id, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox: deleting delivered events failed");
 }
 
 static bool
@@ -476,7 +625,8 @@ record_failures(OutboxBatch *batch, int shard)
 
 /*
  * Settles a batch in one transaction: Kafka's acknowledgements become
- * deletes, failures become retry times or dead letters.
+ * deletes, failures become retry times or dead letters. A batch read from
+ * an extension that has since been dropped has nothing left to settle.
  */
 void
 outbox_finish_batch(OutboxBatch *batch, int shard)
@@ -485,10 +635,15 @@ outbox_finish_batch(OutboxBatch *batch, int shard)
 	bool		recreated;
 
 	begin_step("outbox: settling a batch");
-	if (!find_extension(&recreated) || recreated)
-		elog(ERROR, "outbox: the extension was dropped while a batch was in flight");
-	delete_delivered(batch);
-	record_failures(batch, shard);
+	if (find_extension(&recreated) && plans_extension_oid == batch->extension_oid)
+	{
+		delete_delivered(batch, shard);
+		record_failures(batch, shard);
+	}
+	else
+		ereport(LOG,
+				(errmsg("outbox shard %d: the extension was dropped while a batch was in flight; its events went with it",
+						shard)));
 	end_step(caller_context);
 }
 

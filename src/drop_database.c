@@ -7,12 +7,20 @@
  * drop as pending, stops the workers (they finish their batch, bounded by
  * outbox.shutdown_timeout) and waits for them to leave; restarted workers
  * wait while the mark is set and the dropping backend lives.
+ *
+ * Only a drop that can happen may do this: a top-level DROP DATABASE,
+ * outside a transaction block, by a role allowed to drop the database.
+ * Anything else would let any role stop delivery at will. The mark is
+ * cleared however the drop ends (error, cancel, timeout).
  */
 #include "outbox.h"
 
 #include <signal.h>
 
+#include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "nodes/parsenodes.h"
 #include "pgstat.h"
 #include "storage/latch.h"
@@ -21,12 +29,28 @@
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 static bool
-drops_outbox_database(PlannedStmt *pstmt)
+may_drop_database(const char *dbname)
+{
+	Oid			dboid = get_database_oid(dbname, true);
+
+	if (!OidIsValid(dboid))
+		return false;
+#if PG_VERSION_NUM >= 160000
+	return object_ownercheck(DatabaseRelationId, dboid, GetUserId());
+#else
+	return pg_database_ownercheck(dboid, GetUserId());
+#endif
+}
+
+static bool
+drops_outbox_database(PlannedStmt *pstmt, ProcessUtilityContext context)
 {
 	Node	   *node = pstmt->utilityStmt;
 
 	return node != NULL && IsA(node, DropdbStmt) &&
-		strcmp(((DropdbStmt *) node)->dbname, outbox_database) == 0;
+		strcmp(((DropdbStmt *) node)->dbname, outbox_database) == 0 &&
+		context == PROCESS_UTILITY_TOPLEVEL && !IsTransactionBlock() &&
+		may_drop_database(outbox_database);
 }
 
 static bool
@@ -70,16 +94,16 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 					QueryEnvironment *queryEnv, DestReceiver *dest,
 					QueryCompletion *qc)
 {
-	bool		dropping = outbox_shmem_available() && drops_outbox_database(pstmt);
-
-	if (dropping)
-	{
-		outbox_set_drop_pending(MyProcPid);
-		stop_workers_and_wait();
-	}
+	bool		dropping = outbox_shmem_available() &&
+		drops_outbox_database(pstmt, context);
 
 	PG_TRY();
 	{
+		if (dropping)
+		{
+			outbox_set_drop_pending(MyProcPid);
+			stop_workers_and_wait();
+		}
 		if (prev_utility_hook)
 			prev_utility_hook(pstmt, queryString,
 #if PG_VERSION_NUM >= 140000

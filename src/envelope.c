@@ -3,8 +3,10 @@
  *		Encodes an event as the protobuf message outbox.v1.Event
  *		(proto/outbox.proto), the Kafka value in 'envelope' format.
  *
- * The output buffer and the header entries are reused from one event to
- * the next and only grow, so encoding allocates nothing per event.
+ * The header entries are reused from one event to the next and only grow.
+ * The output is allocated in the caller's memory context (the batch's), so
+ * librdkafka can send it without a copy of its own: a worker then holds
+ * each value once.
  */
 #include "outbox.h"
 
@@ -13,8 +15,6 @@
 #include "outbox.pb-c.h"
 
 static char *source_database = NULL;
-static uint8_t *buffer = NULL;
-static size_t buffer_size = 0;
 static Outbox__V1__Event__HeadersEntry *entries = NULL;
 static Outbox__V1__Event__HeadersEntry **entry_pointers = NULL;
 static int	entries_size = 0;
@@ -47,27 +47,18 @@ reserve_entries(int n)
 	}
 }
 
-static void
-reserve_buffer(size_t n)
-{
-	if (n <= buffer_size)
-		return;
-	if (buffer != NULL)
-		pfree(buffer);
-	buffer_size = Max(n, 2 * buffer_size);
-	buffer = MemoryContextAllocHuge(TopMemoryContext, buffer_size);
-}
-
 static int64
 unix_microseconds(TimestampTz t)
 {
 	return t + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
 }
 
-/* Returns the encoded event; valid until the next call. */
-const void *
-outbox_envelope_encode(const OutboxEvent *event, size_t *len)
+/* Returns the encoded event, palloc'd in the current memory context. */
+void *
+outbox_envelope_encode_copy(const OutboxEvent *event, const char *instance,
+							size_t *len)
 {
+	uint8_t    *buffer;
 	Outbox__V1__Event message = OUTBOX__V1__EVENT__INIT;
 
 	message.id = event->id;
@@ -90,9 +81,10 @@ outbox_envelope_encode(const OutboxEvent *event, size_t *len)
 	message.headers = entry_pointers;
 	message.created_at_us = unix_microseconds(event->created_at);
 	message.source_database = source_database;
+	message.instance = (char *) instance;
 
 	*len = outbox__v1__event__get_packed_size(&message);
-	reserve_buffer(*len);
+	buffer = palloc_extended(*len, MCXT_ALLOC_HUGE);
 	outbox__v1__event__pack(&message, buffer);
 	return buffer;
 }

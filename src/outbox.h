@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 #include "fmgr.h"
@@ -18,6 +19,13 @@
 
 /* Kafka header that carries the event id on every message */
 #define OUTBOX_ID_HEADER "outbox-id"
+
+/*
+ * Kafka header that names the id space the event id belongs to: a UUID made
+ * at CREATE EXTENSION and replaced when ids may repeat (promotion to a new
+ * timeline). Consumers deduplicate on the pair.
+ */
+#define OUTBOX_INSTANCE_HEADER "outbox-instance"
 
 typedef enum OutboxMessageFormat
 {
@@ -39,6 +47,7 @@ extern int	outbox_retry_backoff_min_ms;
 extern int	outbox_retry_backoff_max_ms;
 extern int	outbox_max_attempts;
 extern int	outbox_shutdown_timeout_ms;
+extern int	outbox_batch_bytes;
 
 extern void outbox_define_settings(void);
 
@@ -113,13 +122,21 @@ typedef struct OutboxBatch
 	int64		scan_from;		/* the read covered ids from here */
 	int64		floor;			/* lowest id an open transaction can commit */
 	int64		held_min_id;	/* lowest id waiting for its retry time */
+	uint64		rewind_generation;	/* of the registry, when read */
+	Oid			extension_oid;	/* the extension the rows were read from */
+	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
 } OutboxBatch;
 
 /* batch.c: the worker's SQL, as saved plans */
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor,
-							  int limit, uint64 *rewind_generation);
+							  int limit, uint64 rewind_generation);
 extern void outbox_finish_batch(OutboxBatch *batch, int shard);
+extern const char *outbox_instance_id(void);
+
+/* durability.c */
+extern XLogRecPtr outbox_visible_commits_end(void);
+extern bool outbox_wait_durable(XLogRecPtr lsn);
 
 /* producer.c */
 typedef struct OutboxProducer OutboxProducer;
@@ -128,6 +145,7 @@ extern OutboxProducer *outbox_producer_create(int shard, char **error);
 extern void outbox_producer_destroy(OutboxProducer *producer);
 extern bool outbox_producer_produce(OutboxProducer *producer,
 									OutboxBatch *batch, OutboxEvent *event,
+									const char *instance,
 									const void *value, size_t valuelen);
 extern void outbox_producer_serve(OutboxProducer *producer, int timeout_ms);
 extern void outbox_producer_purge(OutboxProducer *producer);
@@ -136,7 +154,7 @@ extern void outbox_producer_report_state(OutboxProducer *producer);
 
 /* envelope.c */
 extern void outbox_envelope_init(const char *database);
-extern const void *outbox_envelope_encode(const OutboxEvent *event,
-										  size_t *len);
+extern void *outbox_envelope_encode_copy(const OutboxEvent *event,
+										 const char *instance, size_t *len);
 
 #endif							/* OUTBOX_H */

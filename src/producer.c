@@ -39,7 +39,13 @@ struct OutboxProducer
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
 };
 
-/* Errors after which Kafka will accept the same event later. */
+/*
+ * Errors after which Kafka will accept the same event later. A topic Kafka
+ * does not know is not among them: a typo'd topic would otherwise hold its
+ * key forever; counted as an attempt, it becomes a dead letter after
+ * outbox.max_attempts, and outbox_dead_letter_retry() sends it once the
+ * topic exists.
+ */
 static bool
 is_retriable(rd_kafka_resp_err_t err)
 {
@@ -55,7 +61,6 @@ is_retriable(rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
 		case RD_KAFKA_RESP_ERR__FATAL:
 		case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-		case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
 		case RD_KAFKA_RESP_ERR__NODE_UPDATE:
 		case RD_KAFKA_RESP_ERR__STATE:
@@ -69,7 +74,6 @@ is_retriable(rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
 		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
 		case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
-		case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
 		case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
 		case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
 		case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
@@ -167,6 +171,13 @@ build_conf(OutboxProducer *producer, char **error)
 	snprintf(value, sizeof(value), "%d",
 			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
 	KAFKA_CONF_SET(conf, "message.max.bytes", value);
+	/*
+	 * One batch is queued at a time: outbox.batch_bytes, plus the event that
+	 * crossed it, plus headers and envelopes.
+	 */
+	snprintf(value, sizeof(value), "%ld",
+			 ((long) outbox_batch_bytes + outbox_max_message_bytes) / 1024 + 4096);
+	KAFKA_CONF_SET(conf, "queue.buffering.max.kbytes", value);
 
 	if (!outbox_apply_kafka_config(outbox_kafka_config, conf, set_user_property, error))
 	{
@@ -217,9 +228,9 @@ outbox_producer_destroy(OutboxProducer *producer)
 }
 
 static rd_kafka_headers_t *
-build_headers(const OutboxEvent *event)
+build_headers(const OutboxEvent *event, const char *instance)
 {
-	rd_kafka_headers_t *headers = rd_kafka_headers_new(event->nheaders + 1);
+	rd_kafka_headers_t *headers = rd_kafka_headers_new(event->nheaders + 2);
 	char		id[32];
 
 	for (int i = 0; i < event->nheaders; i++)
@@ -227,31 +238,34 @@ build_headers(const OutboxEvent *event)
 							event->header_values[i], -1);
 	snprintf(id, sizeof(id), INT64_FORMAT, event->id);
 	rd_kafka_header_add(headers, OUTBOX_ID_HEADER, -1, id, -1);
+	rd_kafka_header_add(headers, OUTBOX_INSTANCE_HEADER, -1, instance, -1);
 	return headers;
 }
 
 /*
  * Hands one event to librdkafka. Returns false if it was refused at once
  * (the outcome is recorded on the event): the caller must then hold back
- * the rest of its key.
+ * the rest of its key. The value is not copied: it must stay valid until
+ * the event's delivery report was served or the producer destroyed.
  */
 bool
 outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
-						OutboxEvent *event, const void *value, size_t valuelen)
+						OutboxEvent *event, const char *instance,
+						const void *value, size_t valuelen)
 {
 	rd_kafka_resp_err_t err;
 
 	producer->batch = batch;
 	for (;;)
 	{
-		rd_kafka_headers_t *headers = build_headers(event);
+		rd_kafka_headers_t *headers = build_headers(event, instance);
 
 		err = rd_kafka_producev(producer->rk,
 								RD_KAFKA_V_TOPIC(event->topic),
 								RD_KAFKA_V_KEY(event->key_isnull ? NULL : event->key,
 											   event->key_isnull ? 0 : (size_t) event->keylen),
 								RD_KAFKA_V_VALUE((void *) value, valuelen),
-								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								RD_KAFKA_V_MSGFLAGS(0),
 								RD_KAFKA_V_HEADERS(headers),
 								RD_KAFKA_V_OPAQUE(event),
 								RD_KAFKA_V_END);

@@ -12,10 +12,15 @@
 #include "outbox.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/heapam.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_sequence.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
 #include "commands/dbcommands.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -26,6 +31,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(outbox_send_jsonb);
 PG_FUNCTION_INFO_V1(outbox_send_text);
@@ -42,15 +48,6 @@ enum
 	COL_CREATED_AT, COL_ATTEMPTS, COL_LAST_ERROR, COL_LAST_ATTEMPT_AT,
 	COL_NEXT_ATTEMPT_AT, OUTBOX_NCOLUMNS
 };
-
-/* The extension's objects, looked up once per call site. */
-typedef struct SendTarget
-{
-	Oid			table;
-	Oid			index;
-	Oid			sequence;
-	IndexInfo  *index_info;
-} SendTarget;
 
 /* What this transaction has sent, for the commit callback. */
 static uint64 touched_shards = 0;
@@ -92,7 +89,14 @@ check_topic(text *topic)
 	}
 }
 
-/* Headers must be a flat JSON object of strings, without our own name. */
+static bool
+is_header(const JsonbValue *key, const char *name)
+{
+	return key->val.string.len == (int) strlen(name) &&
+		strncmp(key->val.string.val, name, key->val.string.len) == 0;
+}
+
+/* Headers must be a flat JSON object of strings, without our own names. */
 static void
 check_headers(Jsonb *headers)
 {
@@ -109,12 +113,13 @@ check_headers(Jsonb *headers)
 	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		if (token == WJB_KEY &&
-			v.val.string.len == strlen(OUTBOX_ID_HEADER) &&
-			strncmp(v.val.string.val, OUTBOX_ID_HEADER, v.val.string.len) == 0)
+			(is_header(&v, OUTBOX_ID_HEADER) || is_header(&v, OUTBOX_INSTANCE_HEADER)))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("outbox header \"%s\" is reserved", OUTBOX_ID_HEADER),
-					 errdetail("Every message carries the event id in it.")));
+					 errmsg("outbox header \"%.*s\" is reserved",
+							v.val.string.len, v.val.string.val),
+					 errdetail("Every message carries the event's id and its instance in headers \"%s\" and \"%s\".",
+							   OUTBOX_ID_HEADER, OUTBOX_INSTANCE_HEADER)));
 		if (token == WJB_VALUE && v.type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -172,103 +177,265 @@ warn_if_not_delivered(void)
 
 /*
  * The extension's relations, looked up once per backend and again only
- * after a relcache invalidation touches one of them (DDL, DROP EXTENSION):
+ * after an invalidation touches one of them (DDL, DROP EXTENSION, REINDEX):
  * with one event per transaction, looking them up per query would cost as
- * much as the insert.
+ * much as the insert. What the table looks like (its indexes, triggers,
+ * constraints, column types, the sequence's options) is examined again
+ * under the table's lock, after every such invalidation, so no DDL can
+ * slip between the look and the insert.
  */
-static SendTarget relations;
-static Oid	relations_namespace = InvalidOid;
+typedef struct SendRelations
+{
+	Oid			namespace;		/* InvalidOid: look them up again */
+	Oid			table;
+	Oid			index;
+	Oid			retry_index;
+	Oid			sequence;
+	bool		examined;		/* the checks below hold for the locked table */
+	bool		pristine;		/* only its own indexes, no triggers or checks */
+	IndexInfo  *index_info;		/* of the primary key, for the direct insert */
+} SendRelations;
+
+static SendRelations relations;
+static MemoryContext relations_context = NULL;
 
 static void
 forget_relations(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == relations.table ||
-		relid == relations.index || relid == relations.sequence)
-		relations_namespace = InvalidOid;
+		relid == relations.index || relid == relations.retry_index ||
+		relid == relations.sequence)
+		relations.namespace = InvalidOid;
+}
+
+/* ALTER SEQUENCE changes pg_sequence, not the sequence's relcache entry */
+static void
+forget_sequence_options(Datum arg, int cacheid, uint32 hashvalue)
+{
+	relations.examined = false;
 }
 
 static void
 find_relations(Oid namespace)
 {
-	Oid			retry_index;
-	Relation	rel;
-	List	   *indexes;
-
+	memset(&relations, 0, sizeof(relations));
 	relations.table = get_relname_relid("outbox", namespace);
 	relations.index = get_relname_relid("outbox_pkey", namespace);
+	relations.retry_index = get_relname_relid("outbox_retry_idx", namespace);
 	relations.sequence = get_relname_relid("outbox_id_seq", namespace);
-	retry_index = get_relname_relid("outbox_retry_idx", namespace);
 	if (!OidIsValid(relations.table) || !OidIsValid(relations.index) ||
 		!OidIsValid(relations.sequence))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("the outbox extension's table is missing from schema \"%s\"",
 						get_namespace_name(namespace))));
-
-	/* rows are inserted into the primary key only: refuse to skip others */
-	rel = table_open(relations.table, AccessShareLock);
-	indexes = RelationGetIndexList(rel);
-	if (list_length(indexes) != 2 || !list_member_oid(indexes, relations.index) ||
-		!list_member_oid(indexes, retry_index))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the outbox table has indexes other than its own"),
-				 errhint("Drop the indexes added to \"%s\".outbox.",
-						 get_namespace_name(namespace))));
-	table_close(rel, AccessShareLock);
-	relations_namespace = namespace;
+	relations.namespace = namespace;
 }
 
-/* The relations for this call site (the function's own schema). */
-static SendTarget *
-lookup_target(FunctionCallInfo fcinfo)
+static void
+refuse_shape(Relation rel, const char *what)
 {
-	SendTarget *target = (SendTarget *) fcinfo->flinfo->fn_extra;
-	Oid			namespace;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("the outbox table \"%s\" was altered: %s",
+					RelationGetRelationName(rel), what),
+			 errhint("Only outbox_send() and the outbox workers may change the outbox's definition; re-create the extension.")));
+}
+
+/* The columns outbox_send() writes values of, with the types it writes. */
+static void
+check_columns(Relation rel)
+{
+	static const Oid types[OUTBOX_NCOLUMNS] = {
+		INT8OID, INT4OID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID,
+		TIMESTAMPTZOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+	};
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (desc->natts != OUTBOX_NCOLUMNS)
+		refuse_shape(rel, psprintf("it has %d columns, expected %d",
+								   desc->natts, OUTBOX_NCOLUMNS));
+	for (int i = 0; i < OUTBOX_NCOLUMNS; i++)
+	{
+		Form_pg_attribute attr = TupleDescAttr(desc, i);
+
+		if (attr->attisdropped || attr->atttypid != types[i])
+			refuse_shape(rel, psprintf("column %d (\"%s\") has type %s, expected %s",
+									   i + 1, NameStr(attr->attname),
+									   format_type_be(attr->atttypid),
+									   format_type_be(types[i])));
+	}
+}
+
+/*
+ * Workers start each read at the lowest id an open transaction holds: that
+ * needs ids handed out in call order, which a per-backend cache or a cycle
+ * would break.
+ */
+static void
+check_sequence(Relation rel)
+{
+	HeapTuple	tuple = SearchSysCache1(SEQRELID, ObjectIdGetDatum(relations.sequence));
+	Form_pg_sequence seq;
+	bool		ordered;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for sequence %u", relations.sequence);
+	seq = (Form_pg_sequence) GETSTRUCT(tuple);
+	ordered = seq->seqcache == 1 && !seq->seqcycle;
+	ReleaseSysCache(tuple);
+	if (!ordered)
+		refuse_shape(rel, "its sequence outbox_id_seq must have CACHE 1 and NO CYCLE");
+}
+
+static bool
+has_own_indexes_only(Relation rel)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	bool		own = list_length(indexes) == 2 &&
+		list_member_oid(indexes, relations.index) &&
+		list_member_oid(indexes, relations.retry_index);
+
+	list_free(indexes);
+	return own;
+}
+
+/*
+ * Examines the table under its lock. A table that is just as the extension
+ * made it gets the direct insert; one with anything added (an index, even
+ * one being built or swapped by CREATE INDEX or REINDEX CONCURRENTLY, a
+ * trigger such as pg_repack's or an audit trigger, a check constraint) gets
+ * the executor's insert, which honours all of them.
+ */
+static void
+examine_table(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	Relation	index;
 	MemoryContext old;
 
-	if (target != NULL)
-		return target;
+	check_columns(rel);
+	check_sequence(rel);
+	relations.pristine = rel->trigdesc == NULL &&
+		(constr == NULL || constr->num_check == 0) &&
+		has_own_indexes_only(rel);
 
-	namespace = get_func_namespace(fcinfo->flinfo->fn_oid);
-	if (namespace != relations_namespace)
-		find_relations(namespace);
-
-	target = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(SendTarget));
-	*target = relations;
-	index = index_open(target->index, AccessShareLock);
-	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	target->index_info = BuildIndexInfo(index);
+	if (relations_context == NULL)
+		relations_context = AllocSetContextCreate(CacheMemoryContext, "outbox send relations",
+												  ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(relations_context);
+	index = index_open(relations.index, RowExclusiveLock);
+	old = MemoryContextSwitchTo(relations_context);
+	relations.index_info = BuildIndexInfo(index);
 	MemoryContextSwitchTo(old);
-	index_close(index, AccessShareLock);
+	index_close(index, NoLock);
+	relations.examined = true;
+}
 
-	fcinfo->flinfo->fn_extra = target;
-	return target;
+/*
+ * Opens the outbox of the calling function's schema with RowExclusiveLock
+ * and returns it examined. Taking the lock processes pending invalidations,
+ * which may make the relations found before it stale: then again.
+ */
+static Relation
+open_outbox(FunctionCallInfo fcinfo)
+{
+	Oid			namespace;
+	Relation	rel;
+
+	if (fcinfo->flinfo->fn_extra == NULL)
+	{
+		fcinfo->flinfo->fn_extra = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(Oid));
+		*(Oid *) fcinfo->flinfo->fn_extra = get_func_namespace(fcinfo->flinfo->fn_oid);
+	}
+	namespace = *(Oid *) fcinfo->flinfo->fn_extra;
+
+	for (;;)
+	{
+		if (relations.namespace != namespace)
+			find_relations(namespace);
+		rel = table_open(relations.table, RowExclusiveLock);
+		if (relations.namespace == namespace)
+			break;
+		table_close(rel, RowExclusiveLock);
+	}
+	if (!relations.examined)
+		examine_table(rel);
+	return rel;
+}
+
+/* The direct insert: the heap and the primary key, nothing else. */
+static void
+insert_directly(Relation rel, HeapTuple tuple, int shard, int64 id)
+{
+	Relation	index = index_open(relations.index, RowExclusiveLock);
+	Datum		index_values[2] = {Int32GetDatum(shard), Int64GetDatum(id)};
+	bool		index_nulls[2] = {false, false};
+
+	simple_heap_insert(rel, tuple);
+	index_insert(index, index_values, index_nulls, &tuple->t_self, rel,
+				 UNIQUE_CHECK_YES,
+#if PG_VERSION_NUM >= 140000
+				 false,
+#endif
+				 relations.index_info);
+	index_close(index, NoLock);
+}
+
+/*
+ * The executor's insert, as logical replication applies a row: triggers,
+ * constraints and every index that is ready for inserts. No privilege is
+ * checked, as for the direct insert; triggers run as the caller.
+ */
+static void
+insert_through_executor(Relation rel, HeapTuple tuple)
+{
+	EState	   *estate = CreateExecutorState();
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+	ResultRelInfo *result = makeNode(ResultRelInfo);
+	TupleTableSlot *slot;
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+#if PG_VERSION_NUM >= 160000
+	ExecInitRangeTable(estate, list_make1(rte), NIL);
+#else
+	ExecInitRangeTable(estate, list_make1(rte));
+#endif
+	InitResultRelInfo(result, rel, 1, NULL, 0);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	ExecOpenIndices(result, false);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tuple, slot, false);
+
+	AfterTriggerBeginQuery();
+#if PG_VERSION_NUM >= 140000
+	ExecSimpleRelationInsert(result, estate, slot);
+#else
+	estate->es_result_relation_info = result;
+	ExecSimpleRelationInsert(estate, slot);
+#endif
+	AfterTriggerEndQuery(estate);
+
+	ExecCloseIndices(result);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
 }
 
 static int64
 insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 			 const char *key, int keylen, bool key_isnull, Jsonb *headers)
 {
-	SendTarget *target = lookup_target(fcinfo);
-	Relation	rel;
-	Relation	index;
+	Relation	rel = open_outbox(fcinfo);
 	Datum		values[OUTBOX_NCOLUMNS];
 	bool		nulls[OUTBOX_NCOLUMNS];
-	Datum		index_values[2];
-	bool		index_nulls[2] = {false, false};
 	HeapTuple	tuple;
 	int64		id;
 	int			shard;
 
-	rel = table_open(target->table, RowExclusiveLock);
-	index = index_open(target->index, RowExclusiveLock);
-	if (RelationGetDescr(rel)->natts != OUTBOX_NCOLUMNS)
-		elog(ERROR, "outbox table has %d columns, expected %d",
-			 RelationGetDescr(rel)->natts, OUTBOX_NCOLUMNS);
-
-	id = outbox_next_id_registered(target->sequence);
+	id = outbox_next_id_registered(relations.sequence);
 	shard = shard_for(key, keylen, key_isnull, id, outbox_shards);
 
 	memset(nulls, false, sizeof(nulls));
@@ -295,18 +462,10 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 	nulls[COL_NEXT_ATTEMPT_AT] = true;
 
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-	simple_heap_insert(rel, tuple);
-
-	index_values[0] = Int32GetDatum(shard);
-	index_values[1] = Int64GetDatum(id);
-	index_insert(index, index_values, index_nulls, &tuple->t_self, rel,
-				 UNIQUE_CHECK_YES,
-#if PG_VERSION_NUM >= 140000
-				 false,
-#endif
-				 target->index_info);
-
-	index_close(index, NoLock);
+	if (relations.pristine)
+		insert_directly(rel, tuple, shard, id);
+	else
+		insert_through_executor(rel, tuple);
 	table_close(rel, NoLock);
 	heap_freetuple(tuple);
 
@@ -463,6 +622,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 			touched_shards = 0;
 			sent_this_xact = false;
 			break;
+		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			outbox_clear_inflight();
@@ -479,4 +639,5 @@ outbox_install_send_callbacks(void)
 {
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	CacheRegisterRelcacheCallback(forget_relations, (Datum) 0);
+	CacheRegisterSyscacheCallback(SEQRELID, forget_sequence_options, (Datum) 0);
 }

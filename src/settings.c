@@ -24,6 +24,7 @@ int			outbox_retry_backoff_min_ms = 1000;
 int			outbox_retry_backoff_max_ms = 60000;
 int			outbox_max_attempts = 10;
 int			outbox_shutdown_timeout_ms = 5000;
+int			outbox_batch_bytes = 64 * 1024 * 1024;
 
 static const struct config_enum_entry message_format_options[] = {
 	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
@@ -34,8 +35,10 @@ static const struct config_enum_entry message_format_options[] = {
 /*
  * Properties the worker sets itself, or that the idempotent producer fixes
  * (librdkafka would refuse other values only when the worker creates the
- * producer): changing them would break delivery order, partition placement
- * or the server's safety, so they are refused when set.
+ * producer): changing them would break delivery order, partition placement,
+ * the worker's accounting of delivery reports or its memory bound, or the
+ * server's safety (plugins and interceptors load code into the server,
+ * callbacks and opaques are pointers), so they are refused when set.
  */
 static const char *const reserved_properties[] = {
 	"bootstrap.servers", "metadata.broker.list", "enable.idempotence",
@@ -43,12 +46,28 @@ static const char *const reserved_properties[] = {
 	"internal.termination.signal", "transactional.id",
 	"acks", "request.required.acks", "max.in.flight",
 	"max.in.flight.requests.per.connection", "retries",
-	"message.send.max.retries", "queuing.strategy", NULL
+	"message.send.max.retries", "queuing.strategy",
+	"plugin.library.paths", "interceptors", "opaque", "default_topic_conf",
+	"delivery.report.only.error", "queue.buffering.max.kbytes",
+	"enabled_events", NULL
 };
 
+/*
+ * librdkafka applies "topic.NAME" to the default topic configuration as
+ * NAME, so the prefix must not hide a reserved name; "*_cb" are callbacks.
+ */
 static bool
 is_reserved_property(const char *name)
 {
+	size_t		len;
+
+	if (strncmp(name, "topic.", 6) == 0)
+		name += 6;
+	len = strlen(name);
+	if (len >= 3 && strcmp(name + len - 3, "_cb") == 0)
+		return true;
+	if (strncmp(name, "interceptor", 11) == 0)
+		return true;
 	for (int i = 0; reserved_properties[i] != NULL; i++)
 		if (strcmp(reserved_properties[i], name) == 0)
 			return true;
@@ -149,6 +168,20 @@ check_kafka_config(char **newval, void **extra, GucSource source)
 	return ok;
 }
 
+/*
+ * outbox.kafka_config may hold passwords. GUC_SUPERUSER_ONLY still lets
+ * members of pg_read_all_settings read it, and pg_settings shows its reset
+ * value raw, so it is left out of pg_settings and SHOW masks it for anyone
+ * but a superuser.
+ */
+static const char *
+show_kafka_config(void)
+{
+	if (outbox_kafka_config == NULL || outbox_kafka_config[0] == '\0' || superuser())
+		return outbox_kafka_config ? outbox_kafka_config : "";
+	return "********";
+}
+
 static bool
 check_brokers(char **newval, void **extra, GucSource source)
 {
@@ -247,6 +280,11 @@ outbox_define_settings(void)
 							"Most events a worker reads and produces at once.",
 							NULL, &outbox_batch_size, 1000, 1, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.batch_bytes",
+							"Payload bytes after which a batch stops growing.",
+							"Bounds a worker's memory: about twice this much is held at most.",
+							&outbox_batch_bytes, 64 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("outbox.poll_interval",
 							"Longest a worker sleeps without a commit waking it.",
 							NULL, &outbox_poll_interval_ms, 1000, 10, 3600 * 1000,
@@ -264,8 +302,8 @@ outbox_define_settings(void)
 	DefineCustomStringVariable("outbox.kafka_config",
 							   "Extra librdkafka producer properties, name=value separated by commas.",
 							   NULL, &outbox_kafka_config, "",
-							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
-							   check_kafka_config, NULL, NULL);
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+							   check_kafka_config, NULL, show_kafka_config);
 	DefineCustomBoolVariable("outbox.enabled",
 							 "Whether the workers deliver; off pauses delivery.",
 							 NULL, &outbox_enabled, true,

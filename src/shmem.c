@@ -24,6 +24,14 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+/*
+ * Longest the workers stay away for a DROP DATABASE: the drop itself waits
+ * at most 5 s for other sessions to leave, so a mark older than this was
+ * left behind by a drop that did not happen.
+ */
+#define DROP_PENDING_MAX_MS (60 * 1000)
 
 typedef struct ShardState
 {
@@ -37,6 +45,7 @@ typedef struct OutboxShared
 	/* bumped when old ids are put back, so workers rescan from the start */
 	pg_atomic_uint64 rewind_generation;
 	int			drop_pending_pid;	/* backend dropping outbox.database */
+	TimestampTz drop_pending_since;
 	ShardState	shards[OUTBOX_MAX_SHARDS];
 	int			nslots;
 	/* per PGPROC: lowest outbox id its open transaction made, 0 if none */
@@ -283,14 +292,17 @@ outbox_set_connect_failures(int shard, int failures)
 void
 outbox_set_drop_pending(int pid)
 {
+	shared->drop_pending_since = GetCurrentTimestamp();
 	shared->drop_pending_pid = pid;
 }
 
-/* True while a live backend is dropping outbox.database. */
+/* True while a live backend is dropping outbox.database, for a while. */
 bool
 outbox_drop_pending(void)
 {
 	int			pid = shared->drop_pending_pid;
 
-	return pid != 0 && kill(pid, 0) == 0;
+	return pid != 0 && kill(pid, 0) == 0 &&
+		!TimestampDifferenceExceeds(shared->drop_pending_since, GetCurrentTimestamp(),
+									DROP_PENDING_MAX_MS);
 }

@@ -19,6 +19,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -57,7 +58,8 @@ typedef struct WorkerState
 	/* two batches: one in flight while the next is read and produced */
 	MemoryContext batch_contexts[2];
 	OutboxBatch batches[2];
-	OutboxBatch *in_flight;		/* produced, not settled yet; or NULL */
+	OutboxBatch *in_flight;		/* produced, reports not all served; or NULL */
+	OutboxBatch *settling;		/* reports served, rows not settled; or NULL */
 	MemoryContext pass_context;	/* anything else a pass allocates */
 	XLogRecPtr	settled_lsn;	/* commit of the last settle, maybe unflushed */
 } WorkerState;
@@ -65,6 +67,9 @@ typedef struct WorkerState
 void
 outbox_register_workers(void)
 {
+	/* pg_upgrade's servers must not deliver, nor hold connections */
+	if (IsBinaryUpgrade)
+		return;
 	for (int shard = 0; shard < outbox_shards; shard++)
 	{
 		BackgroundWorker worker;
@@ -200,6 +205,13 @@ drop_producer(WorkerState *st)
 	st->rebuild_producer = false;
 }
 
+/* librdkafka's threads must be gone before the process exits */
+static void
+drop_producer_at_exit(int code, Datum arg)
+{
+	drop_producer((WorkerState *) DatumGetPointer(arg));
+}
+
 static bool
 ensure_producer(WorkerState *st)
 {
@@ -224,6 +236,27 @@ ensure_producer(WorkerState *st)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * The Kafka value of an event, in the batch's memory: librdkafka sends it
+ * without a copy of its own, so it must live until the report is served.
+ */
+static const void *
+message_value(OutboxEvent *event, size_t *len)
+{
+	void	   *value;
+
+	if (outbox_message_format != OUTBOX_FORMAT_ENVELOPE)
+	{
+		*len = event->payloadlen;
+		return event->payload;
+	}
+	value = outbox_envelope_encode_copy(event, outbox_instance_id(), len);
+	/* the envelope holds the payload now: keep the batch's bytes at one copy */
+	pfree(event->payload);
+	event->payload = NULL;
+	return value;
 }
 
 /* Produces the batch in id order; a key refused at once holds its rest. */
@@ -251,14 +284,9 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		if (held)
 			continue;
 
-		if (outbox_message_format == OUTBOX_FORMAT_ENVELOPE)
-			value = outbox_envelope_encode(event, &len);
-		else
-		{
-			value = event->payload;
-			len = event->payloadlen;
-		}
-		if (!outbox_producer_produce(st->producer, batch, event, value, len))
+		value = message_value(event, &len);
+		if (!outbox_producer_produce(st->producer, batch, event,
+									 outbox_instance_id(), value, len))
 			refused[nrefused++] = i;
 	}
 }
@@ -306,6 +334,8 @@ wait_for_reports(WorkerState *st, OutboxBatch *batch)
 				break;
 			}
 		}
+		if (!PostmasterIsAlive())
+			proc_exit(1);
 		if (ConfigReloadPending)
 			reload_settings(st);
 		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
@@ -403,14 +433,24 @@ log_refusals(WorkerState *st, OutboxBatch *batch)
 				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
 }
 
-/* The batch slot not in flight, emptied for the next read. */
+static MemoryContext
+batch_context(WorkerState *st, OutboxBatch *batch)
+{
+	return st->batch_contexts[batch - st->batches];
+}
+
+/*
+ * The batch slot neither in flight nor settling, emptied for the next
+ * read. A read happens only once the previous batch was settled, so one
+ * of the two slots is always free then.
+ */
 static OutboxBatch *
-free_slot(WorkerState *st, MemoryContext *context)
+free_slot(WorkerState *st)
 {
 	int			slot = (st->in_flight == &st->batches[0]) ? 1 : 0;
 
+	Assert(st->settling == NULL);
 	MemoryContextReset(st->batch_contexts[slot]);
-	*context = st->batch_contexts[slot];
 	return &st->batches[slot];
 }
 
@@ -422,6 +462,9 @@ drop_in_flight_events(OutboxBatch *batch, OutboxBatch *in_flight)
 	int			kept = 0;
 	int			j = 0;
 
+	/* ids start again at 1 in a re-created extension: not the same events */
+	if (batch->extension_oid != in_flight->extension_oid)
+		return;
 	for (int i = 0; i < batch->nevents; i++)
 	{
 		int64		id = batch->events[i].id;
@@ -440,14 +483,12 @@ drop_in_flight_events(OutboxBatch *batch, OutboxBatch *in_flight)
 static OutboxBatch *
 read_next_batch(WorkerState *st)
 {
-	MemoryContext context;
-	MemoryContext old;
-	OutboxBatch *batch = free_slot(st, &context);
+	OutboxBatch *batch = free_slot(st);
+	MemoryContext old = MemoryContextSwitchTo(batch_context(st, batch));
 	bool		found;
 
-	old = MemoryContextSwitchTo(context);
 	found = outbox_read_batch(batch, st->shard, st->cursor, outbox_batch_size,
-							  &st->rewind_generation);
+							  st->rewind_generation);
 	MemoryContextSwitchTo(old);
 	if (!found)
 	{
@@ -464,9 +505,27 @@ read_next_batch(WorkerState *st)
 	return batch;
 }
 
+/*
+ * Takes in what a read saw: where the next read starts, and the rewind
+ * (dead letters put back) it covered. Only a read whose batch is used may
+ * do so: one thrown away must leave the rewind for the next read.
+ */
 static void
+take_in_read(WorkerState *st, OutboxBatch *batch)
+{
+	st->cursor = next_cursor(batch);
+	st->rewind_generation = batch->rewind_generation;
+}
+
+/*
+ * Produces a batch once the commits it saw are durable. Returns false,
+ * producing nothing, when the worker stops before that.
+ */
+static bool
 start_batch(WorkerState *st, OutboxBatch *batch)
 {
+	MemoryContext old;
+
 	/*
 	 * Settles commit asynchronously (they are not on the path of a commit
 	 * fsync, which other sessions' commits usually do for them), but a
@@ -475,10 +534,16 @@ start_batch(WorkerState *st, OutboxBatch *batch)
 	 */
 	if (!XLogRecPtrIsInvalid(st->settled_lsn))
 		XLogFlush(st->settled_lsn);
+	if (!outbox_wait_durable(batch->visible_lsn))
+		return false;
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing a batch");
-	produce_batch(st, batch);
+	/* in flight before the first message: an error halfway keeps it */
 	st->in_flight = batch;
-	st->cursor = next_cursor(batch);
+	take_in_read(st, batch);
+	old = MemoryContextSwitchTo(batch_context(st, batch));
+	produce_batch(st, batch);
+	MemoryContextSwitchTo(old);
+	return true;
 }
 
 static bool
@@ -486,6 +551,23 @@ may_start_batch(WorkerState *st)
 {
 	return outbox_enabled && !ProcDiePending && !st->rebuild_producer &&
 		!RecoveryInProgress();
+}
+
+/*
+ * Deletes what Kafka acknowledged and records failures. An error leaves
+ * the batch settling: the next pass retries the settle alone, after a
+ * back-off, and never produces the batch again.
+ */
+static void
+settle(WorkerState *st)
+{
+	OutboxBatch *batch = st->settling;
+
+	outbox_finish_batch(batch, st->shard);
+	st->settled_lsn = XactLastCommitEnd;
+	st->settling = NULL;
+	if (st->in_flight == NULL)
+		st->cursor = next_cursor(batch);
 }
 
 /*
@@ -500,10 +582,13 @@ may_start_batch(WorkerState *st)
 static long
 deliver_step(WorkerState *st)
 {
-	OutboxBatch *done = st->in_flight;
+	OutboxBatch *done;
 	OutboxBatch *next = NULL;
 	bool		unavailable = false;
 
+	if (st->settling != NULL)
+		settle(st);
+	done = st->in_flight;
 	if (may_start_batch(st))
 	{
 		next = read_next_batch(st);
@@ -515,7 +600,7 @@ deliver_step(WorkerState *st)
 		if (next == NULL || next->nevents == 0)
 		{
 			if (next != NULL)
-				st->cursor = next_cursor(next);
+				take_in_read(st, next);
 			return outbox_poll_interval_ms;
 		}
 		start_batch(st, next);
@@ -526,13 +611,11 @@ deliver_step(WorkerState *st)
 	unavailable = kafka_unavailable(done);
 	log_refusals(st, done);
 	st->in_flight = NULL;
+	st->settling = done;
 	if (all_delivered(done) && next != NULL && next->nevents > 0 &&
 		may_start_batch(st) && st->producer != NULL)
 		start_batch(st, next);
-	outbox_finish_batch(done, st->shard);
-	st->settled_lsn = XactLastCommitEnd;
-	if (st->in_flight == NULL)
-		st->cursor = next_cursor(done);
+	settle(st);
 	pgstat_report_activity(STATE_IDLE, NULL);
 
 	if (unavailable)
@@ -562,6 +645,27 @@ deliver(WorkerState *st)
 }
 
 /*
+ * After an error in a pass: the batches survive it (their memory is the
+ * worker's, not the transaction's), so the one in flight is still seen
+ * through and the one settling is settled again later, without being sent
+ * again. Only a stopping worker gives them up, rather than retry an error
+ * until the postmaster loses patience.
+ */
+static void
+recover_from_error(WorkerState *st)
+{
+	if (ProcDiePending && (st->in_flight != NULL || st->settling != NULL))
+	{
+		if (st->in_flight != NULL)
+			abandon_reports(st, st->in_flight);
+		st->in_flight = NULL;
+		st->settling = NULL;
+	}
+	if (st->in_flight == NULL && st->settling == NULL)
+		st->cursor = 0;
+}
+
+/*
  * One pass with its own error recovery: an error is logged, the
  * transaction rolled back, and the pass retried after a back-off.
  */
@@ -572,8 +676,8 @@ run_pass(WorkerState *st)
 	uint32		holdoff = InterruptHoldoffCount;
 	volatile long wait_ms = 0;
 
-	/* with a batch in flight, always see it through */
-	if (st->in_flight == NULL)
+	/* with a batch in flight or settling, always see it through */
+	if (st->in_flight == NULL && st->settling == NULL)
 	{
 		wait_ms = backoff_remaining_ms(st);
 		if (wait_ms > 0)
@@ -616,16 +720,62 @@ run_pass(WorkerState *st)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		/* reports must not land in batch memory about to be reused */
-		if (st->in_flight != NULL)
-			drop_producer(st);
-		st->in_flight = NULL;
-		st->cursor = 0;
+		recover_from_error(st);
 		wait_ms = back_off(st);
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(pass_context);
 	return wait_ms;
+}
+
+/*
+ * Interrupts between passes. A stop is honoured only with nothing in
+ * flight or settling (a pass sees those through first); a cancel
+ * (pg_cancel_backend) has no statement to cancel here, and left pending it
+ * would turn into FATAL outside any error handler.
+ */
+static void
+handle_interrupts(WorkerState *st)
+{
+	QueryCancelPending = false;
+	if (st->in_flight == NULL && st->settling == NULL)
+		CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Whatever the database's or the role's settings say, the worker's SQL
+ * resolves names in pg_catalog only, and nothing a database owner can set
+ * makes its transactions read-only, cancels them, or changes their
+ * isolation.
+ */
+static void
+force_session_settings(void)
+{
+	static const char *const settings[][2] = {
+		{"search_path", "pg_catalog, pg_temp"},
+		{"default_transaction_read_only", "off"},
+		{"default_transaction_isolation", "read committed"},
+		{"default_transaction_deferrable", "off"},
+		{"statement_timeout", "0"},
+		{"lock_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+		{"session_replication_role", "origin"},
+		{"plan_cache_mode", "auto"},
+		/* see start_batch() for how durability is kept */
+		{"synchronous_commit", "off"},
+	};
+
+	for (size_t i = 0; i < lengthof(settings); i++)
+		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+static void
+wait_for_next_pass(WorkerState *st, long ms)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	handle_interrupts(st);
 }
 
 void
@@ -645,9 +795,9 @@ outbox_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(outbox_database, NULL, 0);
 	outbox_set_connect_failures(st.shard, 0);
 
+	force_session_settings();
 	outbox_envelope_init(outbox_database);
-	/* see start_batch() for how durability is kept */
-	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	before_shmem_exit(drop_producer_at_exit, PointerGetDatum(&st));
 	for (int i = 0; i < 2; i++)
 		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
 													 ALLOCSET_DEFAULT_SIZES);
@@ -661,7 +811,7 @@ outbox_worker_main(Datum main_arg)
 	{
 		long		wait_ms;
 
-		CHECK_FOR_INTERRUPTS();
+		handle_interrupts(&st);
 		/* what a pass allocates outside its batches lives until the next */
 		MemoryContextSwitchTo(st.pass_context);
 		MemoryContextReset(st.pass_context);
@@ -669,6 +819,6 @@ outbox_worker_main(Datum main_arg)
 			reload_settings(&st);
 		wait_ms = run_pass(&st);
 		if (wait_ms > 0)
-			sleep_ms(wait_ms);
+			wait_for_next_pass(&st, wait_ms);
 	}
 }
