@@ -136,7 +136,8 @@ prepare_read_plans(const char *s)
 		"      OR next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
 		"%s ORDER BY id LIMIT $3";
 	const char *holding =
-		" AND NOT EXISTS (SELECT FROM pg_catalog.unnest($5, $6) AS h(key, id)"
+		" AND NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6))"
+		"   AS h(key, id)"
 		"   WHERE o.key" EQ "h.key AND o.id OPERATOR(pg_catalog.>) h.id)";
 
 	plans.read = prepare(psprintf(read_sql, s, ""), 4, read_args);
@@ -197,7 +198,8 @@ prepare_settle_plans(const char *s)
 											 "   THEN least($6::float8, $5::float8 OPERATOR(pg_catalog.*)"
 											 "        pg_catalog.power(2::float8, least(o.attempts, 40)::float8))"
 											 "   ELSE $5::float8 END))"
-											 " FROM pg_catalog.unnest($2, $3, $4) AS f(id, error, permanent)"
+											 " FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
+											 "   pg_catalog.unnest($4)) AS f(id, error, permanent)"
 											 " WHERE o.shard" EQ "$1 AND o.id" EQ "f.id", s),
 									6, failure_args);
 	plans.dead_letter = prepare(psprintf(
