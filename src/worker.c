@@ -676,12 +676,13 @@ run_pass(WorkerState *st)
 	uint32		holdoff = InterruptHoldoffCount;
 	volatile long wait_ms = 0;
 
+	/* a back-off holds also a settle to retry; a stop request cuts it short */
+	wait_ms = backoff_remaining_ms(st);
+	if (wait_ms > 0 && !ProcDiePending)
+		return wait_ms;
 	/* with a batch in flight or settling, always see it through */
 	if (st->in_flight == NULL && st->settling == NULL)
 	{
-		wait_ms = backoff_remaining_ms(st);
-		if (wait_ms > 0)
-			return wait_ms;
 		if (!outbox_enabled)
 		{
 			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
