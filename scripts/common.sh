@@ -6,9 +6,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_BIN=/usr/lib/postgresql/15/bin
 RUN_USER=postgres
 PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 librdkafka-dev
-libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl"
+libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl
+postgresql-15-repack"
 
 log() { printf '\n== %s\n' "$*"; }
+
+# Installing packages and running as another user need root: a user with
+# sudo is asked for it here, so the README's commands work for both.
+if [ "$(id -u)" -ne 0 ]; then
+  exec sudo bash "$0" "$@"
+fi
 
 ensure_packages() {
   local missing=()
