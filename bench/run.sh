@@ -34,6 +34,7 @@
 #              snapshot held for 60 s in the middle: per-30-s windows, and
 #              the outbox's size before, at the end and 60 s later
 #   memory     the worker's RSS and palloc total: idle, draining 1M events,
+#              and draining 2000 events of 1 MB (bounded by outbox.batch_bytes),
 #              after
 #
 # The server runs from a private copy of the PostgreSQL installation in the
@@ -91,6 +92,8 @@ else
   ENQ_N=100000; PGB_T=10; DRAIN_N=500000; MAXTPS_T=10; LAT_T=20
   SUS_T=300; SUS_HOLD=60; SUS_WINDOW=30; SUS_AFTER=60; MEM_N=1000000
 fi
+LARGE_N=2000          # events of LARGE_BYTES for the byte-bounded memory run
+LARGE_BYTES=1048576
 DRAIN_SHARDS="1 2 4"
 LAT_SHARDS=1         # latency, sustained and memory run with one worker
 LAT_RATE=1000
@@ -208,6 +211,7 @@ latency	r1000_p50_ms	<=	3
 latency	r1000_p99_ms	<=	20
 memory	peak_vmrss_mb	<	64
 memory	peak_rssanon_mb	<	64
+memory	large_peak_rssanon_mb	<	256
 EOF
 )
 
@@ -759,8 +763,34 @@ part_memory() {
     record memory after_palloc_mb MB $run "$(palloc_mb $pid)"
     pid2=$(worker_pids)
     [ "$pid2" = "$pid" ] || fail "the worker restarted during the memory part ($pid -> $pid2)"
+    large_payload_memory $run
   done
   set_enabled off
+}
+
+# LARGE_N events of LARGE_BYTES (compressible, so the table stays small on
+# disk; the worker holds them uncompressed): outbox.batch_bytes, not the
+# event count, must bound the worker's memory.
+large_payload_memory() { # run
+  local run=$1 pid peak_anon=0 a t0
+  sql "ALTER SYSTEM SET outbox.max_message_bytes = '2MB'"
+  set_enabled off
+  sleep 1
+  sql "SELECT count(outbox_send('$TOPIC', convert_to(i || repeat('x', $LARGE_BYTES), 'UTF8'), NULL))
+       FROM generate_series(1, $LARGE_N) i" >/dev/null
+  set_enabled on
+  pid=$(worker_pids)
+  t0=$(date +%s.%N)
+  while [ "$(sql "SELECT count(*) > 0 FROM outbox")" = t ]; do
+    a=$(proc_kb $pid RssAnon)
+    [ -z "$a" ] && fail "the worker (pid $pid) is gone"
+    [ "$a" -gt $peak_anon ] && peak_anon=$a
+    sleep 0.1
+  done
+  record memory large_drain_s s $run "$(calc "$(date +%s.%N) - $t0")"
+  record memory large_peak_rssanon_mb MB $run "$(calc "$peak_anon / 1024")"
+  sql "ALTER SYSTEM RESET outbox.max_message_bytes"
+  sql "SELECT pg_reload_conf()" >/dev/null
 }
 
 # ---- output ------------------------------------------------------------------
