@@ -568,6 +568,10 @@ settle(WorkerState *st)
 	st->settling = NULL;
 	if (st->in_flight == NULL)
 		st->cursor = next_cursor(batch);
+	/* an idle worker holds no payloads */
+	MemoryContextReset(batch_context(st, batch));
+	batch->nevents = 0;
+	batch->events = NULL;
 }
 
 /*
