@@ -12,8 +12,11 @@ CREATE TABLE @extschema@.outbox_instance (
     timeline bigint  NOT NULL,
     one_row  boolean PRIMARY KEY DEFAULT true CHECK (one_row)
 );
+-- the timeline is the first 8 hex digits of the current WAL file's name
 INSERT INTO @extschema@.outbox_instance (id, timeline)
-VALUES (pg_catalog.gen_random_uuid(), 0);
+VALUES (pg_catalog.gen_random_uuid(),
+        ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(
+            pg_catalog.pg_current_wal_insert_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int8);
 
 REVOKE ALL ON TABLE @extschema@.outbox_instance FROM PUBLIC;
 

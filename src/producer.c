@@ -147,6 +147,37 @@ set_user_property(void *target, const char *name, const char *value, char **erro
 	return true;
 }
 
+static long
+conf_number(rd_kafka_conf_t *conf, const char *name)
+{
+	char		value[64];
+	size_t		size = sizeof(value);
+
+	if (rd_kafka_conf_get(conf, name, value, &size) != RD_KAFKA_CONF_OK)
+		return -1;
+	return atol(value);
+}
+
+/*
+ * librdkafka waits topic.metadata.propagation.max.ms for a topic it does
+ * not know before it says "unknown topic"; a message that times out first
+ * only says "timed out", which is retried forever. So an unknown topic must
+ * be reported within message.timeout.ms.
+ */
+static bool
+fit_topic_wait_to_timeout(rd_kafka_conf_t *conf, char **error)
+{
+	long		timeout_ms = conf_number(conf, "message.timeout.ms");
+	long		wait_ms = conf_number(conf, "topic.metadata.propagation.max.ms");
+	char		value[32];
+
+	if (timeout_ms <= 0 || wait_ms < 0 || wait_ms < timeout_ms)
+		return true;
+	snprintf(value, sizeof(value), "%ld", Max(1L, timeout_ms / 2));
+	KAFKA_CONF_SET(conf, "topic.metadata.propagation.max.ms", value);
+	return true;
+}
+
 static rd_kafka_conf_t *
 build_conf(OutboxProducer *producer, char **error)
 {
@@ -184,6 +215,8 @@ build_conf(OutboxProducer *producer, char **error)
 		rd_kafka_conf_destroy(conf);
 		return NULL;
 	}
+	if (!fit_topic_wait_to_timeout(conf, error))
+		return NULL;
 
 	rd_kafka_conf_set_opaque(conf, producer);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);

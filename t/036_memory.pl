@@ -1,0 +1,196 @@
+# A worker's memory is bounded by bytes, not by event count (review M5):
+# with outbox.max_message_bytes = 2MB, the default outbox.batch_size (1000)
+# and the default outbox.batch_bytes (64MB), 2000 events of 1 MB each are
+# sent while delivery is paused, then delivered by one worker. Its private
+# resident memory (RssAnon in /proc/PID/status, sampled every 100 ms while
+# it drains) must stay under 256 MB (the README promises about
+# 2 x batch_bytes + 10 MB), its peak resident memory VmHWM (which a sample
+# cannot miss, but which counts the shared buffers it touched too) under
+# 256 MB + shared_buffers, and all 2000 events must reach Kafka. Done once
+# with message_format = payload and once with envelope.
+# The payloads compress to almost nothing (lz4), so the table stays small:
+# what is measured is the worker's copies, not the disk. The broker keeps
+# only the last ~5 MiB of a partition, so delivery is counted from the
+# partitions' end offsets (kcat -Q), and the messages still kept are read
+# back to check their size.
+use strict;
+use warnings;
+use FindBin;
+use IPC::Run;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $events = 2000;
+my $mb = 1048576;
+my $partitions = 4;
+my $bound_mb = 256;
+my $abort_mb = 1024;    # the old code takes GBs: stop before the machine does
+
+my $broker = start_broker(topics => [ "mem_payload:$partitions", "mem_envelope:$partitions" ]);
+my $node = new_outbox_node('memory', $broker, shards => 1, conf => q{
+outbox.max_message_bytes = '2MB'
+outbox.enabled = off
+});
+
+# ---- helpers ---------------------------------------------------------------
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sub set_conf_and_reload
+{
+	my ($line) = @_;
+	$node->append_conf('postgresql.conf', "$line\n");
+	$node->reload;
+}
+
+# With $from (a log offset), only waits: the node started paused.
+sub pause_delivery
+{
+	my ($from) = @_;
+	if (!defined $from)
+	{
+		$from = -s $node->logfile;
+		set_conf_and_reload('outbox.enabled = off');
+	}
+	return wait_until(10, sub { log_since($node, $from) =~ /outbox shard 0: delivery paused/ });
+}
+
+# $events events of 1 MB + a unique 9-byte prefix ("00000042:"), no key,
+# in transactions of 250, stored lz4-compressed.
+sub send_big
+{
+	my ($topic) = @_;
+	for (my $from = 1; $from <= $events; $from += 250)
+	{
+		my $to = $from + 249;
+		sql(qq{SET default_toast_compression = lz4;
+SELECT count(outbox_send('$topic', lpad(i::text, 8, '0') || ':' || repeat('x', $mb)))
+FROM generate_series($from, $to) i});
+	}
+}
+
+# RssAnon and VmHWM of a process in MB; () once it is gone.
+sub proc_mem
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/status") or return ();
+	my %kb = map { /^(\w+):\s+(\d+) kB/ ? ($1 => $2) : () } <$fh>;
+	return (($kb{RssAnon} // 0) / 1024, ($kb{VmHWM} // 0) / 1024);
+}
+
+# Resumes delivery and samples the worker's memory until the outbox is
+# empty (checked every second) or 150 s passed; the worker is stopped if it
+# passes $abort_mb. Returns {anon, hwm, seconds, samples, drained, aborted}.
+sub drain_and_sample
+{
+	my ($pid) = @{ worker_pids($node) };
+	my %r = (anon => 0, hwm => 0, samples => 0, drained => 0, aborted => 0);
+	set_conf_and_reload('outbox.enabled = on');
+	my $t0 = time;
+	my $next_check = $t0 + 1;
+	while (time - $t0 < 150)
+	{
+		my ($anon, $hwm) = proc_mem($pid);
+		last unless defined $anon;    # the worker exited: checked below
+		$r{samples}++;
+		$r{anon} = $anon if $anon > $r{anon};
+		$r{hwm} = $hwm if $hwm > $r{hwm};
+		if ($anon > $abort_mb)
+		{
+			diag("worker $pid holds $anon MB of anonymous memory: stopping it");
+			$r{aborted} = 1;
+			pause_delivery();
+			sql("SELECT pg_terminate_backend($pid)");
+			last;
+		}
+		if (time >= $next_check)
+		{
+			$next_check = time + 1;
+			if (sql('SELECT count(*) FROM outbox') eq '0') { $r{drained} = 1; last; }
+		}
+		sleep 0.1;
+	}
+	$r{seconds} = time - $t0;
+	$r{same_worker} = (grep { $_ == $pid } @{ worker_pids($node) }) ? 1 : 0;
+	return \%r;
+}
+
+# How many messages $topic ever received: the sum of its end offsets.
+sub end_offsets_sum
+{
+	my ($topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-Q', '-b', $broker->bootstrap,
+		map { ('-t', "$topic:$_:-1") } 0 .. $partitions - 1 ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat -Q failed: $err";
+	my @ends = $out =~ /^\Q$topic\E \[\d+\] offset (\d+)$/mg;
+	die "kcat -Q: expected $partitions partitions, got: $out" unless @ends == $partitions;
+	my $sum = 0;
+	$sum += $_ for @ends;
+	return $sum;
+}
+
+# The sizes of the messages the broker still keeps: [bytes, ...].
+sub kept_sizes
+{
+	my ($topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q',
+		'-f', '%S\n' ], '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "kcat failed: $err";
+	return [ grep { length } split /\n/, $out ];
+}
+
+# ---- the test --------------------------------------------------------------
+
+ok(wait_until(30, sub { @{ worker_pids($node) } == 1 }), 'the worker runs');
+# (psql, not safe_psql: a build without the setting still gets measured)
+$node->psql('postgres', 'SHOW outbox.batch_bytes', stdout => \my $batch_bytes);
+is($batch_bytes, '64MB', 'outbox.batch_bytes exists, at its default');
+my $shared_mb = sql(q{SELECT pg_size_bytes(current_setting('shared_buffers')) / 1048576});
+
+for my $format ('payload', 'envelope')
+{
+	my $topic = "mem_$format";
+	ok(pause_delivery($format eq 'payload' ? 0 : undef), "($format) delivery paused");
+	set_conf_and_reload("outbox.message_format = '$format'");
+	my $t_send = time;
+	send_big($topic);
+	my $send_s = time - $t_send;
+	my $table_mb = sql(q{SELECT pg_total_relation_size('outbox') / 1048576});
+	is(sql('SELECT count(*) FROM outbox'), $events, "($format) $events events of 1 MB wait");
+	my $bytes = sql('SELECT sum(octet_length(payload)) FROM outbox');
+
+	my $r = drain_and_sample();
+	my $delivered = end_offsets_sum($topic);
+	my $left = sql('SELECT count(*) FROM outbox');
+	diag(sprintf('FIGURES (%s) memory: events=%d bytes=%d table_mb=%d send_s=%.1f '
+		  . 'peak_rss_anon_mb=%.0f peak_vmhwm_mb=%.0f drain_s=%.1f samples=%d delivered=%d left=%d',
+		$format, $events, $bytes, $table_mb, $send_s, $r->{anon}, $r->{hwm}, $r->{seconds},
+		$r->{samples}, $delivered, $left));
+	ok(!$r->{aborted}, "($format) the worker never passed $abort_mb MB");
+	cmp_ok($r->{samples}, '>=', 5, "($format) the worker's memory was sampled while it drained");
+	ok($r->{same_worker}, "($format) one worker drained it all, without a restart");
+	cmp_ok($r->{anon}, '<', $bound_mb, "($format) peak RssAnon under $bound_mb MB");
+	cmp_ok($r->{hwm}, '<', $bound_mb + $shared_mb,
+		"($format) VmHWM under $bound_mb MB + shared_buffers ($shared_mb MB)");
+	ok($r->{drained}, "($format) the outbox drained within 150 s");
+	is($left, 0, "($format) the outbox is empty");
+	is($delivered, $events, "($format) Kafka received $events messages");
+
+	my $sizes = kept_sizes($topic);
+	my $want = $format eq 'payload' ? $mb + 9 : undef;
+	my $bad = grep { defined $want ? $_ != $want : $_ <= $mb + 9 } @$sizes;
+	cmp_ok(scalar @$sizes, '>', 0, "($format) the broker still keeps some of them");
+	is($bad, 0, "($format) the kept messages (" . scalar(@$sizes) . ") carry the whole payload");
+	last if $r->{aborted};
+}
+
+is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letters');
+$node->stop;
+$broker->stop;
+done_testing();
