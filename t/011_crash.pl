@@ -83,25 +83,6 @@ sub pause_delivery
 	});
 }
 
-# A session holding a SHARE lock on the outbox: the workers can read it,
-# but their DELETE of acknowledged events waits.
-sub start_locker
-{
-	my ($in, $out, $err) = ("BEGIN;\nLOCK TABLE outbox IN SHARE MODE;\n"
-		  . "SELECT 'locked';\nSELECT pg_sleep(120);\nCOMMIT;\n", '', '');
-	my $h = IPC::Run::start([ 'psql', '-X', '-d', $node->connstr('postgres'), '-f', '-' ],
-		\$in, \$out, \$err, IPC::Run::timeout(180));
-	$h->pump until $out =~ /locked/;
-	return $h;
-}
-
-sub release_locker
-{
-	my ($h) = @_;
-	try_query(q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-		WHERE query LIKE 'SELECT pg_sleep(120)%'});
-	eval { $h->finish };
-}
 
 # Waits until every worker with events waits for the lock (to delete
 # acknowledged events) and Kafka holds at least $n messages of $topic;
@@ -195,7 +176,7 @@ $load = start_load($node, sessions => 1, per_session => 40, rollback_every => 0,
 	topic => 'crash_settle', first_session => 15);
 wait_load($load);
 my $busy = shards_with_events();
-my $locker = start_locker();
+my $locker = start_locker($node);
 set_conf_and_reload('outbox.enabled = on');
 my @waiting = wait_for_blocked_settle('crash_settle', 40, $busy);
 is(scalar @waiting, $busy, '(b2) Kafka acknowledged the batches and the workers wait to delete them');
@@ -205,7 +186,7 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend($_)") for @waiting;
 sleep 1;
 unlike(log_since($node, $offset), qr/exited with exit code 1/,
 	'(b2) the terminated worker first finishes deleting what Kafka acknowledged');
-release_locker($locker);
+release_locker($node, $locker);
 ok(wait_until(10, sub { log_since($node, $offset) =~ /exited with exit code 1/ }),
 	'(b2) then it exits');
 ok(wait_for_workers(20), '(b2) the worker is restarted');
@@ -225,7 +206,7 @@ $load = start_load($node, sessions => 1, per_session => 2 * $batch_size, keys =>
 	rollback_every => 0, topic => 'crash_pipe', first_session => 16);
 wait_load($load);
 is(shards_with_events(), 1, '(a2) one key, one shard');
-$locker = start_locker();
+$locker = start_locker($node);
 set_conf_and_reload('outbox.enabled = on');
 @waiting = wait_for_blocked_settle('crash_pipe', $batch_size, 1);
 is(scalar @waiting, 1, '(a2) the worker waits to delete its acknowledged first batch');

@@ -20,7 +20,7 @@ use Time::HiRes ();
 our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
-  worker_pids);
+  worker_pids start_locker release_locker);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -255,6 +255,28 @@ sub worker_pids
 	my $ret = $node->psql('postgres', q{SELECT pid FROM pg_stat_activity
 		WHERE backend_type = 'outbox shard' ORDER BY pid}, stdout => \$out, stderr => \$err);
 	return $ret == 0 ? [ grep { length } split /\n/, $out ] : [];
+}
+
+# A session holding a SHARE lock on the outbox: the workers can read it,
+# but their DELETE of acknowledged events waits (and so does outbox_send).
+sub start_locker
+{
+	my ($node) = @_;
+	my ($in, $out, $err) = ("BEGIN;\nLOCK TABLE outbox IN SHARE MODE;\n"
+		  . "SELECT 'locked';\nSELECT pg_sleep(120);\nCOMMIT;\n", '', '');
+	my $h = IPC::Run::start([ 'psql', '-X', '-d', $node->connstr('postgres'), '-f', '-' ],
+		\$in, \$out, \$err, IPC::Run::timeout(180));
+	$h->pump until $out =~ /locked/;
+	return $h;
+}
+
+# Ends start_locker's session (also when the server was stopped meanwhile).
+sub release_locker
+{
+	my ($node, $h) = @_;
+	$node->psql('postgres', q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+		WHERE query LIKE 'SELECT pg_sleep(120)%'});
+	eval { $h->finish };
 }
 
 # ---- Kafka ---------------------------------------------------------------
