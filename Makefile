@@ -2,7 +2,7 @@ EXTENSION = outbox
 EXTVERSION = 0.2.0
 
 MODULE_big = outbox
-OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/drop_database.o \
+OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/database_hooks.o src/launcher.o \
        src/worker.o src/batch.o src/durability.o src/producer.o src/envelope.o src/outbox.pb-c.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql \

@@ -8,7 +8,8 @@
 #   bash bench/run.sh [--quick] [--part NAME[,NAME...]]... [--out PATH]
 #                     [--runs N] [--sustained-runs N] [--server-log PATH]
 #
-#   --part       enqueue | drain | latency | sustained | memory (default: all)
+#   --part       enqueue | drain | latency | sustained | memory | databases
+#                (default: all)
 #   --quick      fewer events and shorter runs, for a fast check
 #   --out        where the JSON goes (default bench/results.json)
 #   --runs       repetitions of each measurement (default 3)
@@ -33,6 +34,8 @@
 #   sustained  5 minutes at 50% of the maximum rate, a REPEATABLE READ
 #              snapshot held for 60 s in the middle: per-30-s windows, and
 #              the outbox's size before, at the end and 60 s later
+#   databases  the drain part's backlog in 1 database, then spread over 4
+#              databases of 1 shard each: the rate in events/s
 #   memory     the worker's RSS and palloc total: idle, draining 1M events,
 #              and draining 2000 events of 1 MB (bounded by outbox.batch_bytes),
 #              after
@@ -52,7 +55,7 @@ source "$BENCH/../scripts/common.sh"
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
 ORIG_ARGS="$*"
-ALL_PARTS="enqueue drain latency sustained memory"
+ALL_PARTS="enqueue drain latency sustained memory databases"
 PARTS=()
 QUICK=0
 OUT="$BENCH/results.json"
@@ -92,6 +95,7 @@ else
   ENQ_N=100000; PGB_T=10; DRAIN_N=500000; MAXTPS_T=10; LAT_T=20
   SUS_T=300; SUS_HOLD=60; SUS_WINDOW=30; SUS_AFTER=60; MEM_N=1000000
 fi
+MULTI_DBS=4           # databases of the databases part
 LARGE_N=2000          # events of LARGE_BYTES for the byte-bounded memory run
 LARGE_BYTES=1048576
 DRAIN_SHARDS="1 2 4"
@@ -543,6 +547,39 @@ part_drain() {
   sql "TRUNCATE plain"
 }
 
+# The same backlog drained by one database's worker, then spread over
+# MULTI_DBS databases of one shard each (their workers share the 2 cores).
+db_sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$WORK" -p "$PGPORT" -U postgres -d "$1" -c "$2"; }
+drain_databases_once() { # run count
+  local run=$1 n=$2 per=$((DRAIN_N / $2)) d t0 elapsed
+  set_enabled off
+  for ((d = 1; d <= n; d++)); do
+    db_sql bench_db$d "SELECT count(outbox_send('$TOPIC', repeat('x', $PAYLOAD), 'k' || (i % 1000))) FROM generate_series(1, $per) i" >/dev/null
+  done
+  sql "CHECKPOINT"
+  t0=$(date +%s.%N)
+  set_enabled on
+  for ((d = 1; d <= n; d++)); do
+    until [ "$(db_sql bench_db$d "SELECT count(*) = 0 FROM outbox")" = t ]; do sleep 0.05; done
+  done
+  elapsed=$(calc "$(date +%s.%N) - $t0")
+  record databases "dbs${n}_events_per_s" events/s $run "$(calc "$per * $n / $elapsed")"
+}
+part_databases() {
+  log "part databases: $DRAIN_N events drained in 1 database, then spread over $MULTI_DBS databases, 1 shard each"
+  local run d
+  set_shards 1
+  for ((d = 1; d <= MULTI_DBS; d++)); do
+    sql "CREATE DATABASE bench_db$d"
+    db_sql bench_db$d "CREATE EXTENSION outbox"
+  done
+  for ((run = 1; run <= RUNS; run++)); do
+    drain_databases_once $run 1
+    drain_databases_once $run $MULTI_DBS
+  done
+  for ((d = 1; d <= MULTI_DBS; d++)); do sql "DROP DATABASE bench_db$d"; done
+}
+
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # ---- the maximum sustained rate (for parts 3 and 4) -------------------------
@@ -804,8 +841,8 @@ json_str() {
 # other than the expected start/pause/shutdown ones.
 log_lines() {
   [ -f "$SERVER_LOG" ] || return 0
-  grep -E ' (ERROR|FATAL|PANIC|WARNING|DETAIL|HINT|STATEMENT):|outbox shard [0-9]+:|terminated by signal|exited with exit code' "$SERVER_LOG" |
-    grep -Ev 'outbox shard [0-9]+ of [0-9]+ started|delivery paused|terminating background worker "outbox shard[^"]*" due to administrator command|waiting for CREATE EXTENSION|"logical replication launcher" \(PID [0-9]+\) exited with exit code 1|terminating autovacuum process due to administrator command|background worker "outbox shard" \(PID [0-9]+\) exited with exit code 1|automatic (analyze|vacuum) of table' || true
+  grep -E ' (ERROR|FATAL|PANIC|WARNING|DETAIL|HINT|STATEMENT):|outbox "[^"]*" shard [0-9]+:|terminated by signal|exited with exit code' "$SERVER_LOG" |
+    grep -Ev 'outbox "[^"]*" shard [0-9]+ of [0-9]+ started|outbox launcher started|delivery paused|terminating background worker "outbox shard[^"]*" due to administrator command|waiting for CREATE EXTENSION|"logical replication launcher" \(PID [0-9]+\) exited with exit code 1|terminating autovacuum process due to administrator command|background worker "outbox shard" \(PID [0-9]+\) exited with exit code 1|automatic (analyze|vacuum) of table' || true
 }
 
 write_outputs() { # status

@@ -492,8 +492,8 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
  * extension does not exist.
  */
 bool
-outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
-				  uint64 rewind_generation)
+outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
+				  int limit, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
 	ArrayType  *held_keys = NULL;
@@ -514,7 +514,7 @@ outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor, int limit,
 	batch->extension_oid = plans_extension_oid;
 	nheld = read_held(shard, &held_keys, &held_ids, &read_below, &batch->held_min_id);
 
-	batch->floor = outbox_take_snapshot_floor(&batch->rewind_generation);
+	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
 	batch->scan_from = Min(cursor, batch->floor);
@@ -569,8 +569,8 @@ delete_delivered(OutboxBatch *batch, int shard)
 		return;
 
 	ereport(DEBUG1,
-			(errmsg_internal("outbox shard %d: " UINT64_FORMAT " of %d delivered events moved since they were read, deleting them by id",
-							 shard, (uint64) (n - SPI_processed), n)));
+			(errmsg_internal("%s: " UINT64_FORMAT " of %d delivered events moved since they were read, deleting them by id",
+							 outbox_worker_name(), (uint64) (n - SPI_processed), n)));
 	args[0] = Int32GetDatum(shard);
 	if (SPI_execute_plan(plans.delete_by_id, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox: deleting delivered events failed");
@@ -621,8 +621,8 @@ record_failures(OutboxBatch *batch, int shard)
 		elog(ERROR, "outbox: moving events to the dead letters failed");
 	if (SPI_processed > 0)
 		ereport(WARNING,
-				(errmsg("outbox shard %d: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
-						shard, (uint64) SPI_processed, outbox_max_attempts)));
+				(errmsg("%s: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
+						outbox_worker_name(), (uint64) SPI_processed, outbox_max_attempts)));
 }
 
 /*
@@ -644,9 +644,23 @@ outbox_finish_batch(OutboxBatch *batch, int shard)
 	}
 	else
 		ereport(LOG,
-				(errmsg("outbox shard %d: the extension was dropped while a batch was in flight; its events went with it",
-						shard)));
+				(errmsg("%s: the extension was dropped while a batch was in flight; its events went with it",
+						outbox_worker_name())));
 	end_step(caller_context);
+}
+
+/* Whether this database has the extension (in the version of the library). */
+bool
+outbox_extension_exists(void)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	bool		recreated;
+	bool		found;
+
+	begin_step("outbox: looking for the extension");
+	found = find_extension(&recreated);
+	end_step(caller_context);
+	return found;
 }
 
 /*

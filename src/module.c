@@ -1,7 +1,8 @@
 /*
  * module.c
  *		Entry point of the outbox library: defines the settings everywhere,
- *		and when preloaded, reserves shared state and registers the workers.
+ *		and when preloaded, reserves shared state and registers the launcher
+ *		that starts the workers of each database.
  */
 #include "outbox.h"
 
@@ -23,5 +24,5 @@ _PG_init(void)
 
 	outbox_shmem_install_hooks();
 	outbox_install_utility_hook();
-	outbox_register_workers();
+	outbox_register_launcher();
 }

@@ -17,6 +17,9 @@
 /* outbox.shards is capped so a transaction can track its shards in a mask */
 #define OUTBOX_MAX_SHARDS 64
 
+/* Seconds before a worker that failed is started again: no crash loops. */
+#define OUTBOX_RESTART_SECONDS 10
+
 /* Kafka header that carries the event id on every message */
 #define OUTBOX_ID_HEADER "outbox-id"
 
@@ -35,8 +38,10 @@ typedef enum OutboxMessageFormat
 
 /* settings.c */
 extern char *outbox_brokers;
+extern char *outbox_databases;
 extern char *outbox_database;
 extern int	outbox_shards;
+extern int	outbox_max_workers;
 extern int	outbox_batch_size;
 extern int	outbox_poll_interval_ms;
 extern int	outbox_max_message_bytes;
@@ -50,6 +55,7 @@ extern int	outbox_shutdown_timeout_ms;
 extern int	outbox_batch_bytes;
 
 extern void outbox_define_settings(void);
+extern bool outbox_database_allowed(const char *dbname);
 
 /*
  * Applies each "name=value" of outbox.kafka_config through set_property.
@@ -62,29 +68,60 @@ extern bool outbox_apply_kafka_config(const char *config, void *target,
 									  char **error);
 
 /* shmem.c */
+typedef enum OutboxSlotState
+{
+	SLOT_FREE,
+	SLOT_STARTING,				/* registered by the launcher */
+	SLOT_RUNNING,				/* attached, extension not looked for yet */
+	SLOT_DELIVERING,			/* found the extension */
+	SLOT_NO_EXTENSION,			/* found none and exited */
+	SLOT_EXITED,				/* stopped (SIGTERM) */
+	SLOT_FAILED					/* exited with an error */
+} OutboxSlotState;
+
+typedef struct OutboxWorkerInfo
+{
+	Oid			dboid;
+	int			shard;
+	int			pid;			/* 0 while no process runs */
+	OutboxSlotState state;
+	TimestampTz since;			/* of the state */
+} OutboxWorkerInfo;
+
 extern bool outbox_shmem_available(void);
 extern void outbox_shmem_install_hooks(void);
 extern int64 outbox_next_id_registered(Oid sequence);
 extern void outbox_register_reinsert(int64 min_id);
 extern void outbox_clear_inflight(void);
-extern int64 outbox_take_snapshot_floor(uint64 *rewind_generation);
+extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation);
 extern void outbox_wake_shards(uint64 shard_mask);
-extern void outbox_worker_attach(int shard);
-extern int	outbox_worker_pid(int shard);
-extern int	outbox_connect_failures(int shard);
-extern void outbox_set_connect_failures(int shard, int failures);
-extern void outbox_set_drop_pending(int pid);
-extern bool outbox_drop_pending(void);
+extern int	outbox_worker_slot_count(void);
+extern OutboxWorkerInfo outbox_worker_info(int i);
+extern bool outbox_reserve_worker_slot(int i, Oid dboid, int shard);
+extern void outbox_release_worker_slot(int i);
+extern void outbox_worker_attach(int i, Oid *dboid, int *shard);
+extern void outbox_worker_found_extension(int i, bool found);
+extern void outbox_launcher_attach(void);
+extern void outbox_request_launcher(Oid dboid);
+extern int	outbox_take_launcher_requests(Oid *dboids);
+extern int	outbox_max_launcher_requests(void);
+extern bool outbox_pause_database(Oid dboid);
+extern void outbox_resume_database(Oid dboid);
+extern bool outbox_database_paused(Oid dboid);
 
 /* send.c */
 extern void outbox_install_send_callbacks(void);
 
-/* drop_database.c */
+/* database_hooks.c */
 extern void outbox_install_utility_hook(void);
 
+/* launcher.c */
+extern void outbox_register_launcher(void);
+PGDLLEXPORT void outbox_launcher_main(Datum main_arg);
+
 /* worker.c */
-extern void outbox_register_workers(void);
 PGDLLEXPORT void outbox_worker_main(Datum main_arg);
+extern const char *outbox_worker_name(void);
 
 /* One event of a batch, copied out of SPI into the batch's memory context. */
 typedef enum EventOutcome
@@ -129,8 +166,9 @@ typedef struct OutboxBatch
 
 /* batch.c: the worker's SQL, as saved plans */
 extern int	outbox_reshard_orphans(int shard);
-extern bool outbox_read_batch(OutboxBatch *batch, int shard, int64 cursor,
-							  int limit, uint64 rewind_generation);
+extern bool outbox_extension_exists(void);
+extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
+							  int64 cursor, int limit, uint64 rewind_generation);
 extern void outbox_finish_batch(OutboxBatch *batch, int shard);
 extern const char *outbox_instance_id(void);
 
@@ -141,7 +179,8 @@ extern bool outbox_wait_durable(XLogRecPtr lsn);
 /* producer.c */
 typedef struct OutboxProducer OutboxProducer;
 
-extern OutboxProducer *outbox_producer_create(int shard, char **error);
+extern OutboxProducer *outbox_producer_create(const char *name,
+											  const char *client_id, char **error);
 extern void outbox_producer_destroy(OutboxProducer *producer);
 extern bool outbox_producer_produce(OutboxProducer *producer,
 									OutboxBatch *batch, OutboxEvent *event,

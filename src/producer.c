@@ -31,7 +31,7 @@
 struct OutboxProducer
 {
 	rd_kafka_t *rk;
-	int			shard;
+	const char *name;			/* the worker's, for the log */
 	OutboxBatch *batch;			/* whose reports are being served */
 	rd_kafka_resp_err_t last_error;	/* from error_cb, not yet logged */
 	char		last_reason[512];
@@ -179,14 +179,13 @@ fit_topic_wait_to_timeout(rd_kafka_conf_t *conf, char **error)
 }
 
 static rd_kafka_conf_t *
-build_conf(OutboxProducer *producer, char **error)
+build_conf(OutboxProducer *producer, const char *client_id, char **error)
 {
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char		value[64];
 
 	KAFKA_CONF_SET(conf, "bootstrap.servers", outbox_brokers);
-	snprintf(value, sizeof(value), "pg_outbox-shard-%d", producer->shard);
-	KAFKA_CONF_SET(conf, "client.id", value);
+	KAFKA_CONF_SET(conf, "client.id", client_id);
 	/* the documented way to keep partition order through retries */
 	KAFKA_CONF_SET(conf, "enable.idempotence", "true");
 	/* a message lost after a later one was written is fatal, not a gap */
@@ -227,14 +226,14 @@ build_conf(OutboxProducer *producer, char **error)
 
 /* Returns NULL with *error set when the settings are refused. */
 OutboxProducer *
-outbox_producer_create(int shard, char **error)
+outbox_producer_create(const char *name, const char *client_id, char **error)
 {
 	OutboxProducer *producer = MemoryContextAllocZero(TopMemoryContext, sizeof(OutboxProducer));
 	rd_kafka_conf_t *conf;
 	char		errstr[512];
 
-	producer->shard = shard;
-	conf = build_conf(producer, error);
+	producer->name = name;
+	conf = build_conf(producer, client_id, error);
 	if (conf == NULL)
 	{
 		pfree(producer);
@@ -362,7 +361,7 @@ outbox_producer_report_state(OutboxProducer *producer)
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != producer->logged_error)
 	{
 		ereport(LOG,
-				(errmsg("outbox shard %d: Kafka error: %s", producer->shard,
+				(errmsg("%s: Kafka error: %s", producer->name,
 						producer->last_reason),
 				 errdetail("librdkafka error %s. Events Kafka did not acknowledge stay in the outbox and are sent again.",
 						   rd_kafka_err2name(err))));
@@ -372,7 +371,7 @@ outbox_producer_report_state(OutboxProducer *producer)
 	else if (!producer->unreachable && producer->logged_error != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		ereport(LOG,
-				(errmsg("outbox shard %d: Kafka accepts events again", producer->shard)));
+				(errmsg("%s: Kafka accepts events again", producer->name)));
 		producer->logged_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 	}
 	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;

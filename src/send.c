@@ -168,11 +168,11 @@ warn_if_not_delivered(void)
 		return;
 	}
 	dbname = get_database_name(MyDatabaseId);
-	if (dbname != NULL && strcmp(dbname, outbox_database) != 0)
+	if (dbname != NULL && !outbox_database_allowed(dbname))
 		ereport(WARNING,
-				(errmsg("outbox workers serve database \"%s\", not \"%s\": no worker will deliver this event",
-						outbox_database, dbname),
-				 errhint("Set outbox.database to \"%s\" and restart the server.", dbname)));
+				(errmsg("outbox.databases does not include database \"%s\": no worker will deliver this event",
+						dbname),
+				 errhint("Add \"%s\" to outbox.databases and reload the configuration.", dbname)));
 }
 
 /*

@@ -12,8 +12,10 @@
 #include "utils/guc.h"
 
 char	   *outbox_brokers = NULL;
+char	   *outbox_databases = NULL;
 char	   *outbox_database = NULL;
 int			outbox_shards = 1;
+int			outbox_max_workers = 16;
 int			outbox_batch_size = 1000;
 int			outbox_poll_interval_ms = 1000;
 int			outbox_max_message_bytes = 1024 * 1024;
@@ -193,27 +195,84 @@ check_brokers(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * outbox.databases: '*' or database names separated by commas. Calls
+ * visit(name, arg) for each name; stops and returns false when it does.
+ */
 static bool
-check_database(char **newval, void **extra, GucSource source)
+for_each_database_name(const char *list, bool (*visit) (const char *name, void *arg),
+					   void *arg)
 {
-	if (*newval == NULL || **newval == '\0')
+	char	   *copy = pstrdup(list);
+	char	   *p = copy;
+
+	for (;;)
 	{
-		GUC_check_errdetail("outbox.database must name a database.");
+		char	   *comma = strchr(p, ',');
+		char	   *end;
+
+		if (comma != NULL)
+			*comma = '\0';
+		while (*p == ' ')
+			p++;
+		end = p + strlen(p);
+		while (end > p && end[-1] == ' ')
+			*--end = '\0';
+		if (!visit(p, arg))
+			return false;
+		if (comma == NULL)
+			return true;
+		p = comma + 1;
+	}
+}
+
+static bool
+is_database_name(const char *name, void *arg)
+{
+	return name[0] != '\0' && strlen(name) < NAMEDATALEN && strcmp(name, "*") != 0;
+}
+
+static bool
+check_databases(char **newval, void **extra, GucSource source)
+{
+	if (*newval != NULL && strcmp(*newval, "*") == 0)
+		return true;
+	if (*newval == NULL || !for_each_database_name(*newval, is_database_name, NULL))
+	{
+		GUC_check_errdetail("outbox.databases must be '*' or database names separated by commas.");
 		return false;
 	}
 	return true;
 }
 
+static bool
+differs_from(const char *name, void *arg)
+{
+	return strcmp(name, (const char *) arg) != 0;
+}
+
 /*
- * The settings only the postmaster can set exist only when the library is
- * preloaded: PostgreSQL refuses to define them later. A backend that loads
- * the library on first use still needs the shard count to place events
- * where the workers will look once the library is preloaded.
+ * The databases served: outbox.databases, or the deprecated
+ * outbox.database when outbox.databases was left at '*'.
  */
+bool
+outbox_database_allowed(const char *dbname)
+{
+	const char *list = outbox_databases;
+
+	if (outbox_database != NULL && outbox_database[0] != '\0' &&
+		strcmp(outbox_databases, "*") == 0)
+		list = outbox_database;
+	if (strcmp(list, "*") == 0)
+		return true;
+	/* differs_from stops the walk at the name */
+	return !for_each_database_name(list, differs_from, (void *) dbname);
+}
+
 /*
  * PostgreSQL replaces a bad value of a preloaded library's setting by the
- * default with only a WARNING. For these two that would silently run the
- * wrong number of workers or serve the wrong database: refuse to start.
+ * default with only a WARNING. For outbox.shards that would silently run
+ * the wrong number of workers: refuse to start.
  */
 static void
 refuse_replaced_value(const char *name, const char *configured, bool replaced)
@@ -222,56 +281,61 @@ refuse_replaced_value(const char *name, const char *configured, bool replaced)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid value for parameter \"%s\": \"%s\"", name, configured),
-				 errhint("outbox.shards must be an integer from 1 to %d; outbox.database must name a database.",
-						 OUTBOX_MAX_SHARDS)));
+				 errhint("outbox.shards must be an integer from 1 to %d.", OUTBOX_MAX_SHARDS)));
 }
 
+/*
+ * The settings only the postmaster can set exist only when the library is
+ * preloaded: PostgreSQL refuses to define them later. A backend that loads
+ * the library on first use still needs the shard count to place events
+ * where the workers will look once the library is preloaded.
+ */
 static void
 define_startup_settings(void)
 {
-	const char *shards;
-	char	   *configured_shards;
-	char	   *configured_database;
+	const char *shards = GetConfigOption("outbox.shards", true, false);
+	char	   *configured_shards = shards ? pstrdup(shards) : NULL;
+	int			parsed;
 
 	if (!process_shared_preload_libraries_in_progress)
 	{
-		outbox_database = "postgres";
-		shards = GetConfigOption("outbox.shards", true, false);
+		outbox_database = "";
 		if (shards != NULL)
 			outbox_shards = Max(1, Min(OUTBOX_MAX_SHARDS, atoi(shards)));
 		return;
 	}
-	shards = GetConfigOption("outbox.shards", true, false);
-	configured_shards = shards ? pstrdup(shards) : NULL;
-	configured_database = GetConfigOption("outbox.database", true, false) ?
-		pstrdup(GetConfigOption("outbox.database", true, false)) : NULL;
 
 	DefineCustomStringVariable("outbox.database",
-							   "Database whose outbox the workers deliver.",
-							   NULL, &outbox_database, "postgres",
-							   PGC_POSTMASTER, 0, check_database, NULL, NULL);
+							   "Deprecated: use outbox.databases.",
+							   NULL, &outbox_database, "",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("outbox.shards",
-							"Number of delivery workers; events are spread over them by key.",
+							"Number of delivery workers per database; events are spread over them by key.",
 							NULL, &outbox_shards, 1, 1, OUTBOX_MAX_SHARDS,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
-
-	{
-		int			parsed;
-
-		refuse_replaced_value("outbox.shards", configured_shards,
-							  configured_shards != NULL &&
-							  (!parse_int(configured_shards, &parsed, 0, NULL) ||
-							   parsed != outbox_shards));
-	}
-	refuse_replaced_value("outbox.database", configured_database,
-						  configured_database != NULL &&
-						  strcmp(configured_database, outbox_database) != 0);
+	DefineCustomIntVariable("outbox.max_workers",
+							"Most delivery workers on the server, all databases together.",
+							NULL, &outbox_max_workers, 16, 1, 1024,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	refuse_replaced_value("outbox.shards", configured_shards,
+						  configured_shards != NULL &&
+						  (!parse_int(configured_shards, &parsed, 0, NULL) ||
+						   parsed != outbox_shards));
+	if (outbox_database[0] != '\0')
+		ereport(WARNING,
+				(errmsg("outbox.database is deprecated and will be removed"),
+				 errhint("Set outbox.databases = '%s' instead (the default '*' serves every database that has the extension).",
+						 outbox_database)));
 }
 
 void
 outbox_define_settings(void)
 {
 	define_startup_settings();
+	DefineCustomStringVariable("outbox.databases",
+							   "Databases whose outbox is delivered: '*' for every database that has the extension, or names separated by commas.",
+							   NULL, &outbox_databases, "*",
+							   PGC_SIGHUP, 0, check_databases, NULL, NULL);
 	DefineCustomStringVariable("outbox.brokers",
 							   "Kafka bootstrap servers, host:port separated by commas.",
 							   NULL, &outbox_brokers, "localhost:9092",

@@ -1,13 +1,18 @@
 /*
  * shmem.c
- *		State the backends and the workers share: who each shard's worker is
- *		(so a commit can wake it), and which outbox ids are still in
- *		uncommitted transactions (so a worker can start each read at the
- *		first id that can still appear instead of rescanning the dead rows
- *		its own deletes left behind).
+ *		State the backends, the launcher and the workers share:
+ *		- the worker slots: which (database, shard) each delivery worker
+ *		  serves and who it is, so a commit can wake it and DDL can stop it;
+ *		- the launcher's inbox: databases whose workers must be (re)started
+ *		  or stopped, and databases paused while DDL needs them free of
+ *		  connections;
+ *		- the id registry: which outbox ids are still in uncommitted
+ *		  transactions, per database, so a worker can start each read at the
+ *		  first id that can still appear instead of rescanning the dead rows
+ *		  its own deletes left behind.
  *
- * Only plain values live here (process numbers, pids, ids), never pointers
- * into one process's memory.
+ * Only plain values live here (OIDs, process numbers, pids, ids), never
+ * pointers into one process's memory.
  */
 #include "outbox.h"
 
@@ -23,34 +28,50 @@
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 /*
- * Longest the workers stay away for a DROP DATABASE: the drop itself waits
- * at most 5 s for other sessions to leave, so a mark older than this was
- * left behind by a drop that did not happen.
+ * Longest the workers of a database stay away for DDL that needs it free
+ * of connections (DROP DATABASE waits at most 5 s for other sessions to
+ * leave): a pause older than this was left by a statement that is gone.
  */
-#define DROP_PENDING_MAX_MS (60 * 1000)
+#define PAUSE_MAX_MS (60 * 1000)
 
-typedef struct ShardState
+/* Databases paused at once for DDL; more wait for a free entry. */
+#define MAX_PAUSES 16
+
+/* Requests to the launcher between two of its looks; more: look at all. */
+#define MAX_REQUESTS 32
+
+typedef struct DatabasePause
 {
-	int			pid;			/* 0 while no worker runs */
-	int			procno;			/* its PGPROC number, for waking it */
-	int			connect_failures;	/* consecutive failed connects */
-} ShardState;
+	Oid			dboid;
+	int			pid;			/* backend running the DDL */
+	TimestampTz since;
+} DatabasePause;
 
 typedef struct OutboxShared
 {
-	/* bumped when old ids are put back, so workers rescan from the start */
-	pg_atomic_uint64 rewind_generation;
-	int			drop_pending_pid;	/* backend dropping outbox.database */
-	TimestampTz drop_pending_since;
-	ShardState	shards[OUTBOX_MAX_SHARDS];
-	int			nslots;
-	/* per PGPROC: lowest outbox id its open transaction made, 0 if none */
-	pg_atomic_uint64 inflight[FLEXIBLE_ARRAY_MEMBER];
+	slock_t		mutex;			/* protects everything but the registry */
+	int			launcher_procno;	/* -1 while no launcher runs */
+	int			nrequests;
+	bool		request_all;	/* requests overflowed: look at every database */
+	Oid			requests[MAX_REQUESTS];
+	DatabasePause pauses[MAX_PAUSES];
+	int			nworkers;		/* outbox.max_workers */
+	int			nprocs;			/* registry entries, one per PGPROC */
 } OutboxShared;
+
+/* One delivery worker: what the launcher and the backends know of it. */
+typedef struct WorkerSlot
+{
+	OutboxWorkerInfo info;		/* changed under the mutex only */
+	int			procno;			/* its PGPROC number, for waking it */
+	/* bumped when old ids are put back, so the worker rescans */
+	pg_atomic_uint64 rewind_generation;
+} WorkerSlot;
 
 /* PostgreSQL 17 replaced PGPROC.pgprocno with MyProcNumber */
 #if PG_VERSION_NUM >= 170000
@@ -59,7 +80,16 @@ typedef struct OutboxShared
 #define MY_PROC_NUMBER (MyProc->pgprocno)
 #endif
 
+/* Registry entry of one PGPROC: its database and its lowest open id. */
+typedef struct RegistryEntry
+{
+	Oid			dboid;
+	pg_atomic_uint64 lowest_id;	/* 0 if none */
+} RegistryEntry;
+
 static OutboxShared *shared = NULL;
+static WorkerSlot *slots = NULL;
+static RegistryEntry *registry = NULL;
 static LWLock *registry_lock = NULL;
 static bool registered_this_xact = false;
 
@@ -70,7 +100,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 
 static int
-slot_count(void)
+proc_count(void)
 {
 #if PG_VERSION_NUM >= 150000
 	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
@@ -82,13 +112,6 @@ slot_count(void)
 #endif
 }
 
-static Size
-shared_size(void)
-{
-	return add_size(offsetof(OutboxShared, inflight),
-					mul_size(slot_count(), sizeof(pg_atomic_uint64)));
-}
-
 static void
 request_shmem(void)
 {
@@ -96,30 +119,53 @@ request_shmem(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 #endif
-	RequestAddinShmemSpace(shared_size());
+	RequestAddinShmemSpace(sizeof(OutboxShared));
+	RequestAddinShmemSpace(mul_size(outbox_max_workers, sizeof(WorkerSlot)));
+	RequestAddinShmemSpace(mul_size(proc_count(), sizeof(RegistryEntry)));
 	RequestNamedLWLockTranche("outbox", 1);
+}
+
+static void
+init_shared(void)
+{
+	memset(shared, 0, sizeof(*shared));
+	SpinLockInit(&shared->mutex);
+	shared->launcher_procno = -1;
+	shared->nworkers = outbox_max_workers;
+	shared->nprocs = proc_count();
+	for (int i = 0; i < shared->nworkers; i++)
+	{
+		memset(&slots[i], 0, sizeof(slots[i]));
+		slots[i].procno = -1;
+		pg_atomic_init_u64(&slots[i].rewind_generation, 0);
+	}
+	for (int i = 0; i < shared->nprocs; i++)
+	{
+		registry[i].dboid = InvalidOid;
+		pg_atomic_init_u64(&registry[i].lowest_id, 0);
+	}
 }
 
 static void
 startup_shmem(void)
 {
 	bool		found;
+	bool		found_slots;
+	bool		found_registry;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("outbox", shared_size(), &found);
+	shared = ShmemInitStruct("outbox", sizeof(OutboxShared), &found);
+	slots = ShmemInitStruct("outbox workers",
+							mul_size(outbox_max_workers, sizeof(WorkerSlot)),
+							&found_slots);
+	registry = ShmemInitStruct("outbox registry",
+							   mul_size(proc_count(), sizeof(RegistryEntry)),
+							   &found_registry);
 	if (!found)
-	{
-		memset(shared, 0, shared_size());
-		pg_atomic_init_u64(&shared->rewind_generation, 0);
-		for (int i = 0; i < OUTBOX_MAX_SHARDS; i++)
-			shared->shards[i].procno = -1;
-		shared->nslots = slot_count();
-		for (int i = 0; i < shared->nslots; i++)
-			pg_atomic_init_u64(&shared->inflight[i], 0);
-	}
+		init_shared();
 	registry_lock = &(GetNamedLWLockTranche("outbox"))->lock;
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -143,25 +189,28 @@ outbox_shmem_available(void)
 	return shared != NULL;
 }
 
-static pg_atomic_uint64 *
-my_slot(void)
+/* ---- the id registry --------------------------------------------------- */
+
+static RegistryEntry *
+my_entry(void)
 {
 	int			procno = MY_PROC_NUMBER;
 
-	if (procno < 0 || procno >= shared->nslots)
+	if (procno < 0 || procno >= shared->nprocs)
 		elog(ERROR, "outbox: process number %d outside the registry", procno);
-	return &shared->inflight[procno];
+	return &registry[procno];
 }
 
 /* Lowers this backend's registered id to id; the caller holds the lock. */
 static void
 register_inflight_id(int64 id)
 {
-	pg_atomic_uint64 *slot = my_slot();
-	uint64		current = pg_atomic_read_u64(slot);
+	RegistryEntry *entry = my_entry();
+	uint64		current = pg_atomic_read_u64(&entry->lowest_id);
 
+	entry->dboid = MyDatabaseId;
 	if (current == 0 || (uint64) id < current)
-		pg_atomic_write_u64(slot, (uint64) id);
+		pg_atomic_write_u64(&entry->lowest_id, (uint64) id);
 	registered_this_xact = true;
 }
 
@@ -190,7 +239,8 @@ outbox_next_id_registered(Oid sequence)
 
 /*
  * Registers ids older than the workers' positions (dead letters put back
- * into the outbox) and makes every worker read its shard from the start.
+ * into the outbox) and makes the workers of this database read their
+ * shards from the start.
  */
 void
 outbox_register_reinsert(int64 min_id)
@@ -199,7 +249,9 @@ outbox_register_reinsert(int64 min_id)
 		return;
 	LWLockAcquire(registry_lock, LW_SHARED);
 	register_inflight_id(min_id);
-	pg_atomic_fetch_add_u64(&shared->rewind_generation, 1);
+	for (int i = 0; i < shared->nworkers; i++)
+		if (slots[i].info.dboid == MyDatabaseId)
+			pg_atomic_fetch_add_u64(&slots[i].rewind_generation, 1);
 	LWLockRelease(registry_lock);
 }
 
@@ -207,102 +259,288 @@ void
 outbox_clear_inflight(void)
 {
 	if (shared != NULL && registered_this_xact)
-		pg_atomic_write_u64(my_slot(), 0);
+		pg_atomic_write_u64(&my_entry()->lowest_id, 0);
 	registered_this_xact = false;
 }
 
 /*
  * Takes the snapshot a worker reads its batch with, and returns the lowest
- * id any transaction still open at that moment can commit (PG_INT64_MAX if
- * none). Must be called in a transaction; pushes the snapshot as active.
+ * id any transaction of this database still open at that moment can commit
+ * (PG_INT64_MAX if none), with the worker's rewind generation. Must be
+ * called in a transaction; pushes the snapshot as active.
  */
 int64
-outbox_take_snapshot_floor(uint64 *rewind_generation)
+outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
 {
 	uint64		floor = PG_UINT64_MAX;
 
 	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
-	for (int i = 0; i < shared->nslots; i++)
+	for (int i = 0; i < shared->nprocs; i++)
 	{
-		uint64		id = pg_atomic_read_u64(&shared->inflight[i]);
+		uint64		id = pg_atomic_read_u64(&registry[i].lowest_id);
 
-		if (id != 0 && id < floor)
+		if (id != 0 && id < floor && registry[i].dboid == MyDatabaseId)
 			floor = id;
 	}
-	*rewind_generation = pg_atomic_read_u64(&shared->rewind_generation);
+	*rewind_generation = pg_atomic_read_u64(&slots[slot].rewind_generation);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	LWLockRelease(registry_lock);
 
 	return floor > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) floor;
 }
 
+static void wake_launcher(void);
+
+/* ---- worker slots ------------------------------------------------------ */
+
+/* Wakes the workers of this database's shards in shard_mask. */
 void
 outbox_wake_shards(uint64 shard_mask)
 {
 	if (shared == NULL)
 		return;
-	for (int shard = 0; shard < OUTBOX_MAX_SHARDS; shard++)
+	for (int i = 0; i < shared->nworkers; i++)
 	{
+		WorkerSlot *slot = &slots[i];
 		int			procno;
 
-		if ((shard_mask & (UINT64CONST(1) << shard)) == 0)
+		if (slot->info.dboid != MyDatabaseId ||
+			(shard_mask & (UINT64CONST(1) << slot->info.shard)) == 0)
 			continue;
 		/* a stale number only sets some other latch: harmless */
-		procno = shared->shards[shard].procno;
+		procno = slot->procno;
 		if (procno >= 0)
 			SetLatch(&GetPGProcByNumber(procno)->procLatch);
 	}
 }
 
+int
+outbox_worker_slot_count(void)
+{
+	return shared->nworkers;
+}
+
+/* What slot i holds, as one consistent copy. */
+OutboxWorkerInfo
+outbox_worker_info(int i)
+{
+	OutboxWorkerInfo copy;
+
+	SpinLockAcquire(&shared->mutex);
+	copy = slots[i].info;
+	SpinLockRelease(&shared->mutex);
+	return copy;
+}
+
+/* Launcher: reserves slot i for (dboid, shard); false if it is taken. */
+bool
+outbox_reserve_worker_slot(int i, Oid dboid, int shard)
+{
+	bool		free;
+
+	SpinLockAcquire(&shared->mutex);
+	free = slots[i].info.state == SLOT_FREE;
+	if (free)
+	{
+		slots[i].info.dboid = dboid;
+		slots[i].info.shard = shard;
+		slots[i].info.pid = 0;
+		slots[i].procno = -1;
+		slots[i].info.state = SLOT_STARTING;
+		slots[i].info.since = GetCurrentTimestamp();
+	}
+	SpinLockRelease(&shared->mutex);
+	return free;
+}
+
+/* Launcher: gives slot i up (its worker exited or never started). */
+void
+outbox_release_worker_slot(int i)
+{
+	SpinLockAcquire(&shared->mutex);
+	slots[i].info.state = SLOT_FREE;
+	slots[i].info.dboid = InvalidOid;
+	slots[i].info.pid = 0;
+	slots[i].procno = -1;
+	SpinLockRelease(&shared->mutex);
+}
+
 static void
 detach_worker(int code, Datum arg)
 {
-	int			shard = DatumGetInt32(arg);
+	int			i = DatumGetInt32(arg);
+	int			launcher;
 
-	shared->shards[shard].procno = -1;
-	shared->shards[shard].pid = 0;
+	SpinLockAcquire(&shared->mutex);
+	slots[i].info.pid = 0;
+	slots[i].procno = -1;
+	/* a worker that found no extension said so already */
+	if (slots[i].info.state != SLOT_NO_EXTENSION)
+		slots[i].info.state = (code == 0) ? SLOT_EXITED : SLOT_FAILED;
+	slots[i].info.since = GetCurrentTimestamp();
+	launcher = shared->launcher_procno;
+	SpinLockRelease(&shared->mutex);
+	if (launcher >= 0)
+		SetLatch(&GetPGProcByNumber(launcher)->procLatch);
 }
 
+/* Worker: takes slot i over; returns its database and shard. */
 void
-outbox_worker_attach(int shard)
+outbox_worker_attach(int i, Oid *dboid, int *shard)
 {
-	shared->shards[shard].pid = MyProcPid;
-	shared->shards[shard].procno = MY_PROC_NUMBER;
-	on_shmem_exit(detach_worker, Int32GetDatum(shard));
+	if (i < 0 || i >= shared->nworkers)
+		elog(FATAL, "outbox: worker slot %d does not exist", i);
+	SpinLockAcquire(&shared->mutex);
+	slots[i].info.pid = MyProcPid;
+	slots[i].procno = MY_PROC_NUMBER;
+	slots[i].info.state = SLOT_RUNNING;
+	slots[i].info.since = GetCurrentTimestamp();
+	*dboid = slots[i].info.dboid;
+	*shard = slots[i].info.shard;
+	SpinLockRelease(&shared->mutex);
+	on_shmem_exit(detach_worker, Int32GetDatum(i));
+}
+
+/*
+ * Worker: whether its database has the extension. Without, it exits and
+ * is not started again until the launcher hears of one; with, the
+ * launcher starts the database's other shards.
+ */
+void
+outbox_worker_found_extension(int i, bool found)
+{
+	SpinLockAcquire(&shared->mutex);
+	slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
+	SpinLockRelease(&shared->mutex);
+	if (found)
+		wake_launcher();
+}
+
+/* ---- the launcher's inbox ---------------------------------------------- */
+
+void
+outbox_launcher_attach(void)
+{
+	SpinLockAcquire(&shared->mutex);
+	shared->launcher_procno = MY_PROC_NUMBER;
+	SpinLockRelease(&shared->mutex);
+}
+
+static void
+wake_launcher(void)
+{
+	int			launcher = shared->launcher_procno;
+
+	if (launcher >= 0)
+		SetLatch(&GetPGProcByNumber(launcher)->procLatch);
+}
+
+/*
+ * Asks the launcher to look at a database again (InvalidOid: at all of
+ * them): the extension was created there, the database was created, a DDL
+ * pause ended.
+ */
+void
+outbox_request_launcher(Oid dboid)
+{
+	if (shared == NULL)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (!OidIsValid(dboid) || shared->nrequests >= MAX_REQUESTS)
+		shared->request_all = true;
+	else
+		shared->requests[shared->nrequests++] = dboid;
+	SpinLockRelease(&shared->mutex);
+	wake_launcher();
+}
+
+/*
+ * Launcher: takes the pending requests; returns how many were copied into
+ * dboids (at most MAX_REQUESTS), or -1 for "look at every database".
+ */
+int
+outbox_take_launcher_requests(Oid *dboids)
+{
+	int			n;
+
+	SpinLockAcquire(&shared->mutex);
+	n = shared->request_all ? -1 : shared->nrequests;
+	if (n > 0)
+		memcpy(dboids, shared->requests, sizeof(Oid) * n);
+	shared->nrequests = 0;
+	shared->request_all = false;
+	SpinLockRelease(&shared->mutex);
+	return n;
 }
 
 int
-outbox_worker_pid(int shard)
+outbox_max_launcher_requests(void)
 {
-	return shared->shards[shard].pid;
+	return MAX_REQUESTS;
 }
 
-int
-outbox_connect_failures(int shard)
-{
-	return shared->shards[shard].connect_failures;
-}
+/* ---- DDL pauses -------------------------------------------------------- */
 
-void
-outbox_set_connect_failures(int shard, int failures)
-{
-	shared->shards[shard].connect_failures = failures;
-}
-
-void
-outbox_set_drop_pending(int pid)
-{
-	shared->drop_pending_since = GetCurrentTimestamp();
-	shared->drop_pending_pid = pid;
-}
-
-/* True while a live backend is dropping outbox.database, for a while. */
+/*
+ * Pauses the workers of a database for this backend's DDL; false when
+ * every pause entry is taken (the DDL then runs without, and may be
+ * refused because of the workers' connections).
+ */
 bool
-outbox_drop_pending(void)
+outbox_pause_database(Oid dboid)
 {
-	int			pid = shared->drop_pending_pid;
+	bool		paused = false;
+	TimestampTz now = GetCurrentTimestamp();
 
-	return pid != 0 && kill(pid, 0) == 0 &&
-		!TimestampDifferenceExceeds(shared->drop_pending_since, GetCurrentTimestamp(),
-									DROP_PENDING_MAX_MS);
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < MAX_PAUSES && !paused; i++)
+	{
+		DatabasePause *p = &shared->pauses[i];
+
+		if (p->pid == 0 || TimestampDifferenceExceeds(p->since, now, PAUSE_MAX_MS))
+		{
+			p->dboid = dboid;
+			p->pid = MyProcPid;
+			p->since = now;
+			paused = true;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+	return paused;
+}
+
+void
+outbox_resume_database(Oid dboid)
+{
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < MAX_PAUSES; i++)
+		if (shared->pauses[i].pid == MyProcPid && shared->pauses[i].dboid == dboid)
+			shared->pauses[i].pid = 0;
+	SpinLockRelease(&shared->mutex);
+	outbox_request_launcher(dboid);
+}
+
+/* True while a live backend runs DDL that needs the database, for a while. */
+bool
+outbox_database_paused(Oid dboid)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		paused = false;
+
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < MAX_PAUSES; i++)
+	{
+		DatabasePause *p = &shared->pauses[i];
+
+		if (p->pid != 0 && p->dboid == dboid &&
+			!TimestampDifferenceExceeds(p->since, now, PAUSE_MAX_MS))
+			paused = true;
+	}
+	SpinLockRelease(&shared->mutex);
+	/* a backend that died in its DDL left its pause behind */
+	for (int i = 0; paused && i < MAX_PAUSES; i++)
+		if (shared->pauses[i].dboid == dboid && shared->pauses[i].pid != 0 &&
+			kill(shared->pauses[i].pid, 0) != 0)
+			paused = false;
+	return paused;
 }

@@ -11,7 +11,10 @@
  */
 #include "outbox.h"
 
+#include <ctype.h>
+
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -25,12 +28,6 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-/* Seconds the postmaster waits before restarting a worker that exited. */
-#define WORKER_RESTART_SECONDS 10
-
-/* Longest a worker waits for its database after failed connects. */
-#define MAX_CONNECT_BACKOFF_MS (60 * 1000)
-
 /* How often the wait for delivery reports looks at interrupts. */
 #define SERVE_SLICE_MS 100
 
@@ -39,13 +36,14 @@ typedef enum WaitReason
 	WAIT_NONE,
 	WAIT_DISABLED,
 	WAIT_RECOVERY,
-	WAIT_EXTENSION,
 	WAIT_PRODUCER
 } WaitReason;
 
 typedef struct WorkerState
 {
+	int			slot;			/* in shared memory (shmem.c) */
 	int			shard;
+	bool		extension_gone;	/* a read found no extension: exit */
 	OutboxProducer *producer;
 	char	   *producer_settings;	/* what the producer was built from */
 	bool		rebuild_producer;	/* settings changed since */
@@ -64,28 +62,33 @@ typedef struct WorkerState
 	XLogRecPtr	settled_lsn;	/* commit of the last settle, maybe unflushed */
 } WorkerState;
 
-void
-outbox_register_workers(void)
-{
-	/* pg_upgrade's servers must not deliver, nor hold connections */
-	if (IsBinaryUpgrade)
-		return;
-	for (int shard = 0; shard < outbox_shards; shard++)
-	{
-		BackgroundWorker worker;
+/* For the log, the envelope and Kafka's client.id: set once connected. */
+static char database_name[NAMEDATALEN];
+static char worker_name[NAMEDATALEN + 32] = "outbox";
+static char client_id[NAMEDATALEN + 32];
 
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		/* on a standby the worker runs and waits, to take over at promotion */
-		worker.bgw_start_time = BgWorkerStart_ConsistentState;
-		worker.bgw_restart_time = WORKER_RESTART_SECONDS;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "outbox");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "outbox_worker_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "outbox shard %d of %d", shard, outbox_shards);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "outbox shard");
-		worker.bgw_main_arg = Int32GetDatum(shard);
-		RegisterBackgroundWorker(&worker);
+const char *
+outbox_worker_name(void)
+{
+	return worker_name;
+}
+
+/*
+ * Without the extension (never created, or dropped) the worker exits once
+ * nothing is in flight; the launcher learns it from the slot.
+ */
+static void
+exit_unless_extension(WorkerState *st, bool found)
+{
+	if (found)
+	{
+		outbox_worker_found_extension(st->slot, true);
+		return;
 	}
+	if (st->in_flight != NULL || st->settling != NULL)
+		return;
+	outbox_worker_found_extension(st->slot, false);
+	proc_exit(0);
 }
 
 static void
@@ -94,34 +97,7 @@ log_wait_once(WorkerState *st, WaitReason reason, const char *message)
 	if (st->logged_wait == reason)
 		return;
 	st->logged_wait = reason;
-	ereport(LOG, (errmsg("outbox shard %d: %s", st->shard, message)));
-}
-
-/* Sleeps until ms have passed or the latch is set (by a commit, a signal). */
-static void
-sleep_ms(long ms)
-{
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ms, PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
-}
-
-/* Sleeps the full ms, whatever sets the latch meanwhile. */
-static void
-sleep_full_ms(long ms)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-	long		secs;
-	int			usecs;
-
-	for (;;)
-	{
-		TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
-		if (secs == 0 && usecs == 0)
-			break;
-		sleep_ms(secs * 1000 + usecs / 1000 + 1);
-	}
+	ereport(LOG, (errmsg("%s: %s", worker_name, message)));
 }
 
 /* Doubles the back-off within its bounds and returns it. */
@@ -148,31 +124,6 @@ backoff_remaining_ms(WorkerState *st)
 		return 0;
 	TimestampDifference(GetCurrentTimestamp(), st->backoff_until, &secs, &usecs);
 	return secs * 1000 + usecs / 1000;
-}
-
-/*
- * Before connecting: wait while outbox.database is being dropped, and
- * after failed connects (the database does not exist: the connect fails
- * with FATAL and the postmaster restarts us) wait longer each time, so a
- * missing database costs a log line a minute, not a crash loop.
- */
-static void
-wait_before_connecting(int shard)
-{
-	int			failures = outbox_connect_failures(shard);
-
-	while (outbox_drop_pending())
-		sleep_full_ms(1000);
-	if (failures > 0)
-	{
-		long		wait_ms = Min((long) MAX_CONNECT_BACKOFF_MS, 1000L << Min(failures, 16));
-
-		ereport(LOG,
-				(errmsg("outbox shard %d: could not connect to database \"%s\" %d time(s), retrying in %ld s",
-						shard, outbox_database, failures, wait_ms / 1000)));
-		sleep_full_ms(wait_ms);
-	}
-	outbox_set_connect_failures(shard, failures + 1);
 }
 
 static char *
@@ -221,13 +172,13 @@ ensure_producer(WorkerState *st)
 		!outbox_producer_is_fatal(st->producer))
 		return true;
 	if (st->producer != NULL)
-		ereport(LOG, (errmsg("outbox shard %d: rebuilding the Kafka producer", st->shard)));
+		ereport(LOG, (errmsg("%s: rebuilding the Kafka producer", worker_name)));
 	drop_producer(st);
 
 	if (st->producer_settings != NULL)
 		pfree(st->producer_settings);
 	st->producer_settings = current_producer_settings();
-	st->producer = outbox_producer_create(st->shard, &error);
+	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	if (st->producer == NULL)
 	{
 		log_wait_once(st, WAIT_PRODUCER,
@@ -428,8 +379,8 @@ log_refusals(WorkerState *st, OutboxBatch *batch)
 	}
 	if (first != NULL)
 		ereport(LOG,
-				(errmsg("outbox shard %d: Kafka refused %d event(s), the first with id " INT64_FORMAT ": %s",
-						st->shard, refused, first->id, first->error),
+				(errmsg("%s: Kafka refused %d event(s), the first with id " INT64_FORMAT ": %s",
+						worker_name, refused, first->id, first->error),
 				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
 }
 
@@ -487,19 +438,14 @@ read_next_batch(WorkerState *st)
 	MemoryContext old = MemoryContextSwitchTo(batch_context(st, batch));
 	bool		found;
 
-	found = outbox_read_batch(batch, st->shard, st->cursor, outbox_batch_size,
-							  st->rewind_generation);
+	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor,
+							  outbox_batch_size, st->rewind_generation);
 	MemoryContextSwitchTo(old);
 	if (!found)
 	{
-		log_wait_once(st, WAIT_EXTENSION,
-					  psprintf("extension \"outbox\" does not exist in database \"%s\", waiting for CREATE EXTENSION",
-							   outbox_database));
-		st->cursor = 0;
+		st->extension_gone = true;
 		return NULL;
 	}
-	if (st->logged_wait == WAIT_EXTENSION)
-		st->logged_wait = WAIT_NONE;
 	if (st->in_flight != NULL)
 		drop_in_flight_events(batch, st->in_flight);
 	return batch;
@@ -699,8 +645,7 @@ run_pass(WorkerState *st)
 		}
 		if (!ensure_producer(st))
 			return outbox_poll_interval_ms;
-		if (st->logged_wait != WAIT_EXTENSION)
-			st->logged_wait = WAIT_NONE;
+		st->logged_wait = WAIT_NONE;
 	}
 
 	PG_TRY();
@@ -711,8 +656,8 @@ run_pass(WorkerState *st)
 
 			if (adopted > 0)
 				ereport(LOG,
-						(errmsg("outbox shard %d: adopted %d event(s) of removed shards",
-								st->shard, adopted)));
+						(errmsg("%s: adopted %d event(s) of removed shards",
+								worker_name, adopted)));
 			st->adopted_orphans = true;
 		}
 		wait_ms = deliver(st);
@@ -783,25 +728,48 @@ wait_for_next_pass(WorkerState *st, long ms)
 	handle_interrupts(st);
 }
 
+/*
+ * Connects to the slot's database; the first worker of a database to do so
+ * finds out for the launcher whether the extension is there, and exits if
+ * not (the launcher starts it again when it hears of a CREATE EXTENSION).
+ */
+static void
+connect_to_database(WorkerState *st)
+{
+	Oid			dboid;
+
+	outbox_worker_attach(st->slot, &dboid, &st->shard);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	force_session_settings();
+
+	StartTransactionCommand();
+	strlcpy(database_name, get_database_name(MyDatabaseId), sizeof(database_name));
+	CommitTransactionCommand();
+	snprintf(worker_name, sizeof(worker_name), "outbox \"%s\" shard %d", database_name,
+			 st->shard);
+	pgstat_report_appname(psprintf("outbox %s shard %d of %d", database_name, st->shard,
+								   outbox_shards));
+	snprintf(client_id, sizeof(client_id), "pg_outbox-%s-shard-%d", database_name, st->shard);
+	for (char *c = client_id; *c; c++)
+		if (!isalnum((unsigned char) *c) && *c != '-' && *c != '.' && *c != '_')
+			*c = '_';
+	outbox_envelope_init(database_name);
+	exit_unless_extension(st, outbox_extension_exists());
+}
+
 void
 outbox_worker_main(Datum main_arg)
 {
 	WorkerState st;
 
 	memset(&st, 0, sizeof(st));
-	st.shard = DatumGetInt32(main_arg);
+	st.slot = DatumGetInt32(main_arg);
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	outbox_worker_attach(st.shard);
-	wait_before_connecting(st.shard);
-	BackgroundWorkerInitializeConnection(outbox_database, NULL, 0);
-	outbox_set_connect_failures(st.shard, 0);
-
-	force_session_settings();
-	outbox_envelope_init(outbox_database);
+	connect_to_database(&st);
 	before_shmem_exit(drop_producer_at_exit, PointerGetDatum(&st));
 	for (int i = 0; i < 2; i++)
 		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
@@ -809,8 +777,8 @@ outbox_worker_main(Datum main_arg)
 	st.pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											ALLOCSET_DEFAULT_SIZES);
 	ereport(LOG,
-			(errmsg("outbox shard %d of %d started: delivering database \"%s\" to %s",
-					st.shard, outbox_shards, outbox_database, outbox_brokers)));
+			(errmsg("%s of %d started: delivering to %s", worker_name, outbox_shards,
+					outbox_brokers)));
 
 	for (;;)
 	{
@@ -823,6 +791,8 @@ outbox_worker_main(Datum main_arg)
 		if (ConfigReloadPending)
 			reload_settings(&st);
 		wait_ms = run_pass(&st);
+		if (st.extension_gone)
+			exit_unless_extension(&st, false);
 		if (wait_ms > 0)
 			wait_for_next_pass(&st, wait_ms);
 	}

@@ -16,7 +16,6 @@ $node->init;
 $node->append_conf('postgresql.conf', qq{
 outbox.brokers = '@{[ $broker->bootstrap ]}'
 outbox.message_format = 'payload'
-outbox.database = 'postgres'
 outbox.shards = 2
 });
 $node->start;

@@ -79,7 +79,7 @@ sub pause_delivery
 	set_conf_and_reload('outbox.enabled = off');
 	return wait_until(10, sub {
 		my $log = log_since($node, $from);
-		return !grep { $log !~ /outbox shard $_: delivery paused/ } 0 .. $shards - 1;
+		return !grep { $log !~ /outbox "postgres" shard $_: delivery paused/ } 0 .. $shards - 1;
 	});
 }
 
@@ -258,7 +258,7 @@ $offset = -s $node->logfile;
 set_conf_and_reload(q{outbox.kafka_config = 'message.timeout.ms=60000,socket.timeout.ms=3000'});
 ok(wait_until(30, sub {
 	my $log = log_since($node, $offset);
-	return !grep { $log !~ /outbox shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;
+	return !grep { $log !~ /outbox "postgres" shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;
 }), '(d) both workers rebuilt their producer with message.timeout.ms=60000');
 # the new producers learn the topic while Kafka is up
 $load = start_load($node, sessions => 1, per_session => 10, topic => 'crash_fast',
@@ -273,7 +273,7 @@ $load = start_load($node, sessions => 2, per_session => 100, topic => 'crash_fas
 wait_load($load);
 # a worker logs the Kafka error while it serves delivery reports, that is
 # with events in flight (a new producer: its first error is logged)
-ok(wait_until(30, sub { log_since($node, $offset) =~ /outbox shard \d: Kafka error/ }),
+ok(wait_until(30, sub { log_since($node, $offset) =~ /outbox "postgres" shard \d: Kafka error/ }),
 	'(d) a worker waits for Kafka with events in flight');
 sleep 1;
 my $stop_started = time;

@@ -47,7 +47,7 @@ $node->reload;
 my $reloaded_at = time;
 ok(wait_until(30, sub {
 	my $log = log_since($node, $offset);
-	return !grep { $log !~ /outbox shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;
+	return !grep { $log !~ /outbox "postgres" shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;
 }), 'each worker says it rebuilt its producer');
 note sprintf('producers rebuilt within %.1f s of the reload', time - $reloaded_at);
 is(show('outbox.brokers'), $new_brokers, 'outbox.brokers is the second broker alone');

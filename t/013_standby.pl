@@ -22,7 +22,7 @@ sub all_shards_logged
 {
 	my ($node, $offset, $what) = @_;
 	my $log = log_since($node, $offset);
-	return !grep { $log !~ /outbox shard $_: \Q$what\E/ } 0 .. $shards - 1;
+	return !grep { $log !~ /outbox "postgres" shard $_: \Q$what\E/ } 0 .. $shards - 1;
 }
 
 # ---- pause the primary, build the standby -----------------------------------
@@ -61,7 +61,7 @@ is(scalar @{ consume($broker, 'failover') }, 0, 'nothing reached Kafka: neither 
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM outbox'), $pending,
 	'the standby\'s outbox is untouched');
 my $standby_log = log_since($standby, 0);
-unlike($standby_log, qr/outbox shard \d: (?:Kafka error|rebuilding)|terminated by signal/,
+unlike($standby_log, qr/outbox "postgres" shard \d: (?:Kafka error|rebuilding)|terminated by signal/,
 	'the standby\'s workers neither produced nor crashed');
 
 # ---- failover -----------------------------------------------------------------

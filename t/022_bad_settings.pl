@@ -101,9 +101,12 @@ my @cases = (
 	[ 'outbox.shards = 4',
 	  qr/parameter "outbox\.shards" cannot be changed without restarting the server/,
 	  'outbox.shards', $shards ],
-	[ q{outbox.database = 'elsewhere'},
-	  qr/parameter "outbox\.database" cannot be changed without restarting the server/,
-	  'outbox.database', 'postgres' ],
+	[ q{outbox.max_workers = 3},
+	  qr/parameter "outbox\.max_workers" cannot be changed without restarting the server/,
+	  'outbox.max_workers', '16' ],
+	[ q{outbox.databases = 'postgres,,other'},
+	  qr/invalid value for parameter "outbox\.databases".*\n.*DETAIL:  outbox\.databases must be '\*' or database names separated by commas/,
+	  'outbox.databases', '*' ],
 );
 
 for my $case (@cases)
@@ -192,7 +195,7 @@ my $offset = -s $node->logfile;
 write_conf(qq{outbox.enabled = on\noutbox.kafka_config = '$OutboxTest::TEST_KAFKA_CONFIG,$tls'\n});
 reload_and_wait();
 is(sql('SHOW outbox.kafka_config'), "$OutboxTest::TEST_KAFKA_CONFIG,$tls", 'missing CA file: the reload accepts it');
-my $cannot = qr/outbox shard \d: cannot create the Kafka producer, waiting for a settings change: [^\n]*ssl\.ca\.location/;
+my $cannot = qr/outbox "postgres" shard \d: cannot create the Kafka producer, waiting for a settings change: [^\n]*ssl\.ca\.location/;
 ok(eval { local $PostgreSQL::Test::Utils::timeout_default = 30; $node->wait_for_log($cannot, $offset); 1 }, 'missing CA file: the worker says it cannot create the producer');
 sleep 4;
 my $cannot_lines = () = log_since($node, $offset) =~ /$cannot/g;
@@ -212,7 +215,7 @@ reload_and_wait();
 my $t0 = time;
 sleep 22;
 my $log = log_since($node, $offset);
-my @kafka_errors = $log =~ /(outbox shard \d: Kafka error: [^\n]*)/g;
+my @kafka_errors = $log =~ /(outbox "postgres" shard \d: Kafka error: [^\n]*)/g;
 diag(sprintf('FIGURES unreachable Kafka: %d "Kafka error" lines in %.0f s (%d shards): %s',
 		scalar @kafka_errors, time - $t0, $shards, join(' | ', @kafka_errors)));
 cmp_ok(scalar @kafka_errors, '>=', 1, 'unreachable: the log says Kafka cannot be reached');

@@ -61,7 +61,7 @@ sub set_delivery
 	$node->reload;
 	return 1 if $on;
 	return wait_until(10, sub {
-		log_count($node, qr/outbox shard \d+: delivery paused/, $offset) >= $shards });
+		log_count($node, qr/outbox "postgres" shard \d+: delivery paused/, $offset) >= $shards });
 }
 
 # Like OutboxTest::start_load (keys s<s>-k<seq % 5>, values s<s>:<seq>,

@@ -39,7 +39,7 @@ sub pause_delivery
 {
 	my $from = -s $node->logfile;
 	set_conf_and_reload('outbox.enabled = off');
-	ok(wait_until(10, sub { log_since($node, $from) =~ /outbox shard 0: delivery paused/ }),
+	ok(wait_until(10, sub { log_since($node, $from) =~ /outbox "postgres" shard 0: delivery paused/ }),
 		'delivery paused');
 }
 

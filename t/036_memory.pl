@@ -55,7 +55,7 @@ sub pause_delivery
 		$from = -s $node->logfile;
 		set_conf_and_reload('outbox.enabled = off');
 	}
-	return wait_until(10, sub { log_since($node, $from) =~ /outbox shard 0: delivery paused/ });
+	return wait_until(10, sub { log_since($node, $from) =~ /outbox "postgres" shard 0: delivery paused/ });
 }
 
 # $events events of 1 MB + a unique 9-byte prefix ("00000042:"), no key,

@@ -120,14 +120,15 @@ log_min_messages = info
 # it says exactly which events were committed.
 sub create_sent_table
 {
-	my ($node) = @_;
-	$node->safe_psql('postgres', q{
+	my ($node, $db) = @_;
+	$node->safe_psql($db // 'postgres', q{
 CREATE TABLE IF NOT EXISTS sent (session int, seq int, key text, value text,
                                  PRIMARY KEY (session, seq))});
 }
 
 # Starts $sessions psql clients, each sending $per_session events, one
 # transaction each, in order; every $rollback_every-th is rolled back.
+# In database $db (default postgres), which records them in its own table.
 # Session s uses keys "s<s>-k<seq % keys>", values "s<s>:<seq>".
 sub start_load
 {
@@ -139,7 +140,8 @@ sub start_load
 	my $topic = $o{topic} // 'events';
 	my $first = $o{first_session} // 1;
 	my $sleep = $o{sleep} // 0;
-	create_sent_table($node);
+	my $db = $o{db} // 'postgres';
+	create_sent_table($node, $db);
 	my @harnesses;
 	for my $s ($first .. $first + $sessions - 1)
 	{
@@ -157,10 +159,10 @@ sub start_load
 		}
 		# from a file, so the client runs on its own (a scalar would be fed
 		# only while the harness is pumped)
-		my $file = PostgreSQL::Test::Utils::tempdir() . "/load_$s.sql";
+		my $file = PostgreSQL::Test::Utils::tempdir() . "/load_${db}_$s.sql";
 		PostgreSQL::Test::Utils::append_to_file($file, $sql);
 		push @harnesses, IPC::Run::start(
-			[ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', $file ],
+			[ 'psql', '-X', '-q', '-d', $node->connstr($db), '-f', $file ],
 			'<', \undef, '>', '/dev/null', '2>', "$file.err");
 	}
 	return \@harnesses;
@@ -180,8 +182,8 @@ sub wait_load
 # The committed events, from the business table: [{key, value, seq}].
 sub committed_events
 {
-	my ($node, $topic) = @_;
-	my $rows = $node->safe_psql('postgres',
+	my ($node, $topic, $db) = @_;
+	my $rows = $node->safe_psql($db // 'postgres',
 		"SELECT key, value, session, seq FROM sent ORDER BY session, seq");
 	return [ map { my @f = split /\|/; { key => $f[0], value => $f[1], session => $f[2], seq => $f[3] } }
 		  grep { length } split /\n/, $rows ];
