@@ -34,8 +34,8 @@ ensure_packages() {
 
 build_and_install() {
   log "building and installing the extension"
-  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config >/dev/null
-  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config install >/dev/null
+  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null
+  make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 install >/dev/null
 }
 
 # A temporary directory owned by the unprivileged user, removed on exit
