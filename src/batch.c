@@ -44,12 +44,6 @@ typedef struct Plans
 
 static SPIPlanPtr extension_plan = NULL;
 
-/*
- * Whether rows of this worker's shard may wait for a retry. Only this
- * worker sets retry times in its shard, so once a look finds none, the
- * look can be skipped until it records a failure.
- */
-static bool may_hold_events = true;
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
 
@@ -450,15 +444,16 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
 
 	*min_id = PG_INT64_MAX;
 	*read_below = PG_INT64_MAX;
-	if (!may_hold_events)
-		return 0;
+	/*
+	 * Every read looks (an operator may set retry times too); with no event
+	 * waiting, the look is one descent of the empty partial retry index.
+	 */
 	if (SPI_execute_plan(plans.held_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
 	*min_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
 	{
 		*min_id = PG_INT64_MAX;
-		may_hold_events = false;
 		return 0;
 	}
 
@@ -605,7 +600,6 @@ record_failures(OutboxBatch *batch, int shard)
 	}
 	if (n == 0)
 		return;
-	may_hold_events = true;
 
 	args[0] = Int32GetDatum(shard);
 	args[1] = PointerGetDatum(int8_array(ids, n));

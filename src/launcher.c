@@ -60,6 +60,7 @@ typedef struct DatabaseEntry
 	bool		has_extension;	/* a worker found it */
 	TimestampTz probe_after;	/* without the extension: look again then */
 	TimestampTz start_after;	/* a worker failed: start again then */
+	TimestampTz requested_at;	/* last CREATE EXTENSION/DATABASE heard of */
 	bool		starved;		/* logged that it could not get a worker */
 } DatabaseEntry;
 
@@ -138,6 +139,7 @@ scan_databases(void)
 			entry->has_extension = false;
 			entry->probe_after = 0;
 			entry->start_after = 0;
+			entry->requested_at = 0;
 			entry->starved = false;
 		}
 		strlcpy(entry->name, NameStr(db->datname), NAMEDATALEN);
@@ -160,6 +162,7 @@ take_requests(void)
 {
 	Oid		   *requested = palloc(sizeof(Oid) * outbox_max_launcher_requests());
 	int			n = outbox_take_launcher_requests(requested);
+	TimestampTz now = GetCurrentTimestamp();
 	HASH_SEQ_STATUS status;
 	DatabaseEntry *entry;
 
@@ -167,7 +170,10 @@ take_requests(void)
 	while ((entry = hash_seq_search(&status)) != NULL)
 		for (int i = 0; i < (n < 0 ? 1 : n); i++)
 			if (n < 0 || requested[i] == entry->oid)
+			{
 				entry->probe_after = entry->start_after = 0;
+				entry->requested_at = now;
+			}
 	pfree(requested);
 }
 
@@ -234,7 +240,9 @@ release_slot(int i, OutboxWorkerInfo info, DatabaseEntry *entry, TimestampTz now
 					(errmsg("outbox: database \"%s\" no longer has the extension, its workers stopped",
 							entry->name)));
 		entry->has_extension = false;
-		entry->probe_after = TimestampTzPlusMilliseconds(now, REPROBE_INTERVAL_MS);
+		/* a probe that looked before the CREATE EXTENSION we heard of says nothing */
+		entry->probe_after = (entry->requested_at >= info.since) ? 0 :
+			TimestampTzPlusMilliseconds(now, REPROBE_INTERVAL_MS);
 	}
 	else if (info.state != SLOT_EXITED)
 		entry->start_after = TimestampTzPlusMilliseconds(now, OUTBOX_RESTART_SECONDS * 1000);
@@ -361,6 +369,8 @@ outbox_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	/* a reload signalled before the handler was set is lost: see worker.c */
+	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	outbox_launcher_attach();
@@ -386,9 +396,10 @@ outbox_launcher_main(Datum main_arg)
 		pgstat_report_activity(STATE_RUNNING, "outbox: starting workers");
 		scan_databases();
 		MemoryContextSwitchTo(loop_context);
-		take_requests();
 		now = GetCurrentTimestamp();
+		/* a request overrides what an exited probe said before it */
 		review_slots(now);
+		take_requests();
 		start_missing_workers(now);
 		pgstat_report_activity(STATE_IDLE, NULL);
 

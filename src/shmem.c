@@ -374,10 +374,12 @@ detach_worker(int code, Datum arg)
 	SpinLockAcquire(&shared->mutex);
 	slots[i].info.pid = 0;
 	slots[i].procno = -1;
-	/* a worker that found no extension said so already */
+	/* a worker that found no extension said so already, and when it looked */
 	if (slots[i].info.state != SLOT_NO_EXTENSION)
+	{
 		slots[i].info.state = (code == 0) ? SLOT_EXITED : SLOT_FAILED;
-	slots[i].info.since = GetCurrentTimestamp();
+		slots[i].info.since = GetCurrentTimestamp();
+	}
 	launcher = shared->launcher_procno;
 	SpinLockRelease(&shared->mutex);
 	if (launcher >= 0)
@@ -411,6 +413,7 @@ outbox_worker_found_extension(int i, bool found)
 {
 	SpinLockAcquire(&shared->mutex);
 	slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
+	slots[i].info.since = GetCurrentTimestamp();
 	SpinLockRelease(&shared->mutex);
 	if (found)
 		wake_launcher();

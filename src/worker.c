@@ -768,6 +768,12 @@ outbox_worker_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	/*
+	 * A reload signalled between our fork and the handler above was
+	 * ignored (SIG_IGN until then), and we may have been forked with the
+	 * settings from before it: read the files once now.
+	 */
+	ProcessConfigFile(PGC_SIGHUP);
 
 	connect_to_database(&st);
 	before_shmem_exit(drop_producer_at_exit, PointerGetDatum(&st));

@@ -5,6 +5,10 @@
 #      yet; none of those may be in Kafka (phantom = 0: every event Kafka
 #      has keeps its business row after the restart), and after the restart
 #      every commit that survived is delivered (lost = 0);
+#  (a') one asynchronous commit at a time, made while the walwriter sleeps
+#      (it is on no completed WAL page, so nothing but the worker flushes
+#      it): delivered, then an immediate stop: its business row must be
+#      there after the start;
 #  (b) synchronous replication: with synchronous_standby_names naming a
 #      standby that does not exist, a commit made with synchronous_commit =
 #      local returns but its event must not reach Kafka; once the setting is
@@ -119,6 +123,34 @@ for my $round (1 .. 3)
 }
 diag("FIGURES (a) async commit + immediate stop: rounds=3 committed=450 survived=$survived "
 	  . "in_kafka_at_stop=$stopped_with phantom=$phantom_total lost=$lost_total");
+
+# ---- (a') one asynchronous commit while the walwriter sleeps ------------------
+# The walwriter flushes an asynchronous commit at once only when it completes
+# a WAL page; otherwise at its next tick (10 s here). One commit made after
+# a quiet second is, most of the time, on no completed page: unless the
+# worker flushes the WAL itself, its event reaches Kafka while the commit
+# can still be lost. Each round: that commit, its event in Kafka, an
+# immediate stop, a start; the event must have its business row.
+my ($lone_phantoms, $lone_delivered) = (0, 0);
+for my $round (1 .. 5)
+{
+	my $session = 100 + $round;
+	sleep 1;
+	$node->safe_psql('postgres', "SET synchronous_commit = off; BEGIN;
+		INSERT INTO sent VALUES ($session, 1, 'lone', 's$session:1');
+		SELECT outbox_send('durable', 's$session:1', 'lone'); COMMIT;");
+	my $arrived = wait_until(5, sub { grep { $_ eq "s$session:1" } @{ values_in('durable') } });
+	$node->stop('immediate');
+	$node->start;
+	next unless $arrived;
+	$lone_delivered++;
+	$lone_phantoms++ unless $node->safe_psql('postgres',
+		"SELECT count(*) FROM sent WHERE session = $session") eq '1';
+}
+diag("FIGURES (a') lone asynchronous commit, immediate stop: rounds=5 in_kafka=$lone_delivered phantom=$lone_phantoms");
+cmp_ok($lone_delivered, '>', 0, "(a') lone asynchronous commits reached Kafka");
+is($lone_phantoms, 0, "(a') none of them without its transaction after the crash");
+ok(wait_for_empty($node, 60), "(a') the outbox drains");
 
 # ---- (b) synchronous_standby_names naming no standby --------------------------
 
