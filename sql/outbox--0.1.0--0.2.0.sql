@@ -5,18 +5,23 @@
 -- (instance, id), sent as headers outbox-instance and outbox-id. Made here,
 -- so a re-created extension (ids from 1 again) gets a new one; a worker
 -- replaces it when the server writes on a new timeline (a promoted standby
--- may hand out ids the old primary had already delivered). Not dumped by
--- pg_dump: a restored database gets a new one too.
+-- may hand out ids the old primary had already delivered) or when the
+-- database is a copy (CREATE DATABASE ... TEMPLATE: the copy's ids repeat
+-- the original's). Not dumped by pg_dump: a restored database gets a new
+-- one too.
 CREATE TABLE @extschema@.outbox_instance (
     id       uuid    NOT NULL,
     timeline bigint  NOT NULL,
+    database oid     NOT NULL,
     one_row  boolean PRIMARY KEY DEFAULT true CHECK (one_row)
 );
 -- the timeline is the first 8 hex digits of the current WAL file's name
-INSERT INTO @extschema@.outbox_instance (id, timeline)
+INSERT INTO @extschema@.outbox_instance (id, timeline, database)
 VALUES (pg_catalog.gen_random_uuid(),
         ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(
-            pg_catalog.pg_current_wal_insert_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int8);
+            pg_catalog.pg_current_wal_insert_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int8,
+        (SELECT d.oid FROM pg_catalog.pg_database d
+         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()));
 
 REVOKE ALL ON TABLE @extschema@.outbox_instance FROM PUBLIC;
 

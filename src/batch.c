@@ -214,7 +214,7 @@ prepare_plans(const char *schema)
 {
 	const char *s = quote_identifier(schema);
 	Oid			reshard_args[] = {INT4OID, INT4OID};
-	Oid			timeline_arg[] = {INT8OID};
+	Oid			rotate_args[] = {INT8OID, OIDOID};
 
 	prepare_read_plans(s);
 	prepare_settle_plans(s);
@@ -225,22 +225,28 @@ prepare_plans(const char *schema)
 							2, reshard_args);
 	plans.instance = prepare(psprintf("SELECT id::text, timeline FROM %s.outbox_instance", s),
 							 0, NULL);
-	/* ids may repeat on a new timeline (an asynchronous standby promoted) */
+	/*
+	 * ids may repeat on a new timeline (an asynchronous standby promoted)
+	 * and in a copy of the database (CREATE DATABASE ... TEMPLATE)
+	 */
 	plans.rotate_instance = prepare(psprintf(
 											 "UPDATE %s.outbox_instance SET id = pg_catalog.gen_random_uuid(),"
-											 " timeline = $1 WHERE timeline OPERATOR(pg_catalog.<>) $1", s),
-									1, timeline_arg);
+											 " timeline = $1, database = $2"
+											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
+											 " OR database OPERATOR(pg_catalog.<>) $2", s),
+									2, rotate_args);
 }
 
 /*
  * Reads the id space of the extension's ids, replacing it first when the
- * server now writes on another timeline than the one it was made on.
+ * server now writes on another timeline than the one it was made on, or
+ * the database is a copy of the one it was made in.
  */
 static void
 load_instance(void)
 {
 	TimeLineID	timeline = CURRENT_TIMELINE();
-	Datum		args[1] = {Int64GetDatum((int64) timeline)};
+	Datum		args[2] = {Int64GetDatum((int64) timeline), ObjectIdGetDatum(MyDatabaseId)};
 	bool		isnull;
 
 	if (instance_timeline == timeline)

@@ -11,7 +11,10 @@
 #      events wait; back in, they are delivered;
 #  (e) SIGKILL of the launcher: the postmaster restarts everything, nothing
 #      is lost;
-#  (f) the deprecated outbox.database still works, with a WARNING.
+#  (f) ALTER DATABASE ... RENAME and CREATE DATABASE ... TEMPLATE of a
+#      delivered database are not blocked by its workers; the copy is
+#      delivered, under an outbox-instance of its own;
+#  (g) the deprecated outbox.database still works, with a WARNING.
 use strict;
 use warnings;
 use FindBin;
@@ -23,7 +26,7 @@ use Time::HiRes qw(time usleep);
 
 my $shards = 2;
 my @loaded = qw(db_a db_b db_c);
-my $broker = start_broker(topics => [ map { "$_:4" } @loaded, qw(db_d db_x db_e) ]);
+my $broker = start_broker(topics => [ map { "$_:4" } @loaded, qw(db_d db_x db_e db_copy) ]);
 my $node = new_outbox_node('databases', $broker, shards => $shards, no_extension => 1,
 	conf => "outbox.max_workers = 10\noutbox.batch_size = 100\nrestart_after_crash = on\n");
 
@@ -138,12 +141,32 @@ ok(wait_until(60, sub { my $p = eval { sql('postgres', q{SELECT pid FROM pg_stat
 ok(defined time_to_empty('db_a', 120), 'db_a drains after the restart');
 check_delivery('SIGKILL of the launcher', committed_events($node, undef, 'db_a'), consume($broker, 'db_a'));
 
-# ---- (f) the deprecated outbox.database -------------------------------------------
+# ---- (f) RENAME and TEMPLATE -------------------------------------------------------
+sql('db_e', 'DROP EXTENSION outbox');    # two slots for the copy
+($ret, $out, $err) = $node->psql('postgres', 'ALTER DATABASE db_c RENAME TO db_c2');
+is($ret, 0, 'ALTER DATABASE RENAME of a delivered database succeeds') or diag($err);
+ok(wait_until(30, sub { workers_of('db_c2') == $shards }), 'its workers are back, under the new name');
+sql('db_c2', q{SELECT outbox_send('db_c', 'renamed', 'k')});
+ok(defined time_to_empty('db_c2', 30), 'and deliver');
+$t0 = time;
+($ret, $out, $err) = $node->psql('postgres', 'CREATE DATABASE db_copy TEMPLATE db_b');
+is($ret, 0, 'CREATE DATABASE ... TEMPLATE of a delivered database succeeds') or diag($err);
+diag(sprintf('FIGURES CREATE DATABASE TEMPLATE of a delivered database: %.2f s', time - $t0));
+ok(wait_until(30, sub { workers_of('db_copy') == $shards && workers_of('db_b') == $shards }),
+	'the copy gets workers, and the template gets its own back');
+sql('db_copy', q{SELECT outbox_send('db_copy', 'copied', 'k')});
+ok(defined time_to_empty('db_copy', 30), 'the copy delivers');
+my ($copied) = grep { $_->{value} eq 'copied' } @{ consume($broker, 'db_copy') };
+my %original = map { ($_->{headers}{'outbox-instance'} // '') => 1 } @{ consume($broker, 'db_b') };
+ok(defined $copied && !$original{ $copied->{headers}{'outbox-instance'} // '' },
+	'the copy sends under an outbox-instance of its own (its ids repeat the template\'s)');
+
+# ---- (g) the deprecated outbox.database -------------------------------------------
 $offset = -s $node->logfile;
-$node->append_conf('postgresql.conf', "outbox.database = 'db_c'\n");
+$node->append_conf('postgresql.conf', "outbox.database = 'db_c2'\n");
 $node->restart;
 like(log_since($node, $offset), qr/WARNING:  outbox.database is deprecated/, 'outbox.database warns at start');
-ok(wait_until(30, sub { workers_of('db_c') == $shards }), 'and serves the database it names');
+ok(wait_until(30, sub { workers_of('db_c2') == $shards }), 'and serves the database it names');
 is(workers_of('db_a'), 0, 'and no other');
 
 $node->stop;
