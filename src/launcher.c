@@ -61,6 +61,7 @@ typedef struct DatabaseEntry
 	TimestampTz probe_after;	/* without the extension: look again then */
 	TimestampTz start_after;	/* a worker failed: start again then */
 	TimestampTz requested_at;	/* last CREATE EXTENSION/DATABASE heard of */
+	TimestampTz gone_at;		/* when a worker last found no extension */
 	bool		starved;		/* logged that it could not get a worker */
 } DatabaseEntry;
 
@@ -140,6 +141,7 @@ scan_databases(void)
 			entry->probe_after = 0;
 			entry->start_after = 0;
 			entry->requested_at = 0;
+			entry->gone_at = 0;
 			entry->starved = false;
 		}
 		strlcpy(entry->name, NameStr(db->datname), NAMEDATALEN);
@@ -195,9 +197,10 @@ start_worker(DatabaseEntry *entry, int shard)
 {
 	BackgroundWorker worker;
 	int			slot = -1;
+	uint32		generation = 0;
 
 	for (int i = 0; i < outbox_worker_slot_count() && slot < 0; i++)
-		if (outbox_reserve_worker_slot(i, entry->oid, shard))
+		if ((generation = outbox_reserve_worker_slot(i, entry->oid, shard)) != 0)
 			slot = i;
 	if (slot < 0)
 	{
@@ -210,6 +213,7 @@ start_worker(DatabaseEntry *entry, int shard)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox %s shard %d of %d",
 			 entry->name, shard, outbox_shards);
 	worker.bgw_main_arg = Int32GetDatum(slot);
+	memcpy(worker.bgw_extra, &generation, sizeof(generation));
 	worker.bgw_notify_pid = MyProcPid;
 	if (handles[slot] != NULL)
 		pfree(handles[slot]);
@@ -240,6 +244,7 @@ release_slot(int i, OutboxWorkerInfo info, DatabaseEntry *entry, TimestampTz now
 					(errmsg("outbox: database \"%s\" no longer has the extension, its workers stopped",
 							entry->name)));
 		entry->has_extension = false;
+		entry->gone_at = Max(entry->gone_at, info.since);
 		/* a probe that looked before the CREATE EXTENSION we heard of says nothing */
 		entry->probe_after = (entry->requested_at >= info.since) ? 0 :
 			TimestampTzPlusMilliseconds(now, REPROBE_INTERVAL_MS);
@@ -277,7 +282,8 @@ review_slots(TimestampTz now)
 			case SLOT_DELIVERING:
 				if (entry == NULL)
 					kill(info.pid, SIGTERM);	/* no longer to be served */
-				else if (info.state == SLOT_DELIVERING)
+				/* a shard that found it before another found it gone is stale */
+				else if (info.state == SLOT_DELIVERING && info.since > entry->gone_at)
 					entry->has_extension = true;
 				break;
 			default:

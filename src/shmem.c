@@ -68,6 +68,8 @@ typedef struct OutboxShared
 typedef struct WorkerSlot
 {
 	OutboxWorkerInfo info;		/* changed under the mutex only */
+	uint32		generation;		/* of the reservation; a worker of an older one
+								 * must not touch the slot */
 	int			procno;			/* its PGPROC number, for waking it */
 	/* bumped when old ids are put back, so the worker rescans */
 	pg_atomic_uint64 rewind_generation;
@@ -332,16 +334,21 @@ outbox_worker_info(int i)
 	return copy;
 }
 
-/* Launcher: reserves slot i for (dboid, shard); false if it is taken. */
-bool
+/*
+ * Launcher: reserves slot i for (dboid, shard); returns the reservation's
+ * generation, which the worker presents to attach, or 0 if it is taken.
+ */
+uint32
 outbox_reserve_worker_slot(int i, Oid dboid, int shard)
 {
-	bool		free;
+	uint32		generation = 0;
 
 	SpinLockAcquire(&shared->mutex);
-	free = slots[i].info.state == SLOT_FREE;
-	if (free)
+	if (slots[i].info.state == SLOT_FREE)
 	{
+		if (++slots[i].generation == 0)
+			slots[i].generation = 1;
+		generation = slots[i].generation;
 		slots[i].info.dboid = dboid;
 		slots[i].info.shard = shard;
 		slots[i].info.pid = 0;
@@ -350,7 +357,7 @@ outbox_reserve_worker_slot(int i, Oid dboid, int shard)
 		slots[i].info.since = GetCurrentTimestamp();
 	}
 	SpinLockRelease(&shared->mutex);
-	return free;
+	return generation;
 }
 
 /* Launcher: gives slot i up (its worker exited or never started). */
@@ -365,13 +372,22 @@ outbox_release_worker_slot(int i)
 	SpinLockRelease(&shared->mutex);
 }
 
+/* The slot this worker attached to, and the generation it attached with. */
+static int	my_slot = -1;
+static uint32 my_generation = 0;
+
 static void
 detach_worker(int code, Datum arg)
 {
-	int			i = DatumGetInt32(arg);
+	int			i = my_slot;
 	int			launcher;
 
 	SpinLockAcquire(&shared->mutex);
+	if (slots[i].generation != my_generation)
+	{
+		SpinLockRelease(&shared->mutex);
+		return;
+	}
 	slots[i].info.pid = 0;
 	slots[i].procno = -1;
 	/* a worker that found no extension said so already, and when it looked */
@@ -386,13 +402,22 @@ detach_worker(int code, Datum arg)
 		SetLatch(&GetPGProcByNumber(launcher)->procLatch);
 }
 
-/* Worker: takes slot i over; returns its database and shard. */
-void
-outbox_worker_attach(int i, Oid *dboid, int *shard)
+/*
+ * Worker: takes slot i over if its reservation is still the one it was
+ * started for; returns false (touching nothing) if the launcher gave the
+ * slot up meanwhile. Sets the slot's database and shard.
+ */
+bool
+outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
 {
 	if (i < 0 || i >= shared->nworkers)
 		elog(FATAL, "outbox: worker slot %d does not exist", i);
 	SpinLockAcquire(&shared->mutex);
+	if (slots[i].generation != generation || slots[i].info.state != SLOT_STARTING)
+	{
+		SpinLockRelease(&shared->mutex);
+		return false;
+	}
 	slots[i].info.pid = MyProcPid;
 	slots[i].procno = MY_PROC_NUMBER;
 	slots[i].info.state = SLOT_RUNNING;
@@ -400,7 +425,10 @@ outbox_worker_attach(int i, Oid *dboid, int *shard)
 	*dboid = slots[i].info.dboid;
 	*shard = slots[i].info.shard;
 	SpinLockRelease(&shared->mutex);
-	on_shmem_exit(detach_worker, Int32GetDatum(i));
+	my_slot = i;
+	my_generation = generation;
+	on_shmem_exit(detach_worker, (Datum) 0);
+	return true;
 }
 
 /*
@@ -412,8 +440,11 @@ void
 outbox_worker_found_extension(int i, bool found)
 {
 	SpinLockAcquire(&shared->mutex);
-	slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
-	slots[i].info.since = GetCurrentTimestamp();
+	if (slots[i].generation == my_generation)
+	{
+		slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
+		slots[i].info.since = GetCurrentTimestamp();
+	}
 	SpinLockRelease(&shared->mutex);
 	if (found)
 		wake_launcher();

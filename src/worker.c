@@ -737,13 +737,22 @@ static void
 connect_to_database(WorkerState *st)
 {
 	Oid			dboid;
+	uint32		generation;
+	char	   *name;
 
-	outbox_worker_attach(st->slot, &dboid, &st->shard);
+	/* the launcher gave the slot up before we came: nothing is ours */
+	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
+	if (!outbox_worker_attach(st->slot, generation, &dboid, &st->shard))
+		proc_exit(0);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	force_session_settings();
 
 	StartTransactionCommand();
-	strlcpy(database_name, get_database_name(MyDatabaseId), sizeof(database_name));
+	name = get_database_name(MyDatabaseId);
+	/* dropped between the launcher's look and our connection */
+	if (name == NULL)
+		proc_exit(0);
+	strlcpy(database_name, name, sizeof(database_name));
 	CommitTransactionCommand();
 	snprintf(worker_name, sizeof(worker_name), "outbox \"%s\" shard %d", database_name,
 			 st->shard);
