@@ -66,24 +66,6 @@ sub wait_for_traffic
 			- (SELECT count(*) FROM outbox) >= 20}) eq 't' });
 }
 
-sub set_conf_and_reload
-{
-	my ($line) = @_;
-	$node->append_conf('postgresql.conf', "$line\n");
-	$node->reload;
-}
-
-sub pause_delivery
-{
-	my $from = -s $node->logfile;
-	set_conf_and_reload('outbox.enabled = off');
-	return wait_until(10, sub {
-		my $log = log_since($node, $from);
-		return !grep { $log !~ /outbox "postgres" shard $_: delivery paused/ } 0 .. $shards - 1;
-	});
-}
-
-
 # Waits until every worker with events waits for the lock (to delete
 # acknowledged events) and Kafka holds at least $n messages of $topic;
 # returns the waiting worker pids.
@@ -171,13 +153,13 @@ is($r->{duplicates}, 0, "(b) pg_terminate_backend is a graceful stop: no duplica
 # graceful stop must not lose the acknowledgements: the worker finishes
 # its DELETE once the lock is released, then exits; nothing is sent twice.
 
-ok(pause_delivery(), '(b2) delivery paused');
+ok(pause_delivery($node, $shards), '(b2) delivery paused');
 $load = start_load($node, sessions => 1, per_session => 40, rollback_every => 0,
 	topic => 'crash_settle', first_session => 15);
 wait_load($load);
 my $busy = shards_with_events();
 my $locker = start_locker($node);
-set_conf_and_reload('outbox.enabled = on');
+reload_with($node, 'outbox.enabled = on');
 my @waiting = wait_for_blocked_settle('crash_settle', 40, $busy);
 is(scalar @waiting, $busy, '(b2) Kafka acknowledged the batches and the workers wait to delete them');
 note "(b2) workers waiting on the lock: @waiting";
@@ -201,13 +183,13 @@ is($r->{duplicates}, 0, '(b2) a graceful stop re-sends nothing Kafka acknowledge
 # meanwhile is in flight too. A crash now may re-send what was in flight:
 # the promise is at most the batch in flight, of the one shard involved.
 
-ok(pause_delivery(), '(a2) delivery paused');
+ok(pause_delivery($node, $shards), '(a2) delivery paused');
 $load = start_load($node, sessions => 1, per_session => 2 * $batch_size, keys => 1,
 	rollback_every => 0, topic => 'crash_pipe', first_session => 16);
 wait_load($load);
 is(shards_with_events(), 1, '(a2) one key, one shard');
 $locker = start_locker($node);
-set_conf_and_reload('outbox.enabled = on');
+reload_with($node, 'outbox.enabled = on');
 @waiting = wait_for_blocked_settle('crash_pipe', $batch_size, 1);
 is(scalar @waiting, 1, '(a2) the worker waits to delete its acknowledged first batch');
 sleep 1;    # what else it produced gets acknowledged meanwhile
@@ -255,7 +237,7 @@ cmp_ok($r->{duplicates}, '<=', $bound,
 # until the stop, so the worker's graceful finish is what bounds the stop.
 
 $offset = -s $node->logfile;
-set_conf_and_reload(q{outbox.kafka_config = 'message.timeout.ms=60000,socket.timeout.ms=3000'});
+reload_with($node, q{outbox.kafka_config = 'message.timeout.ms=60000,socket.timeout.ms=3000'});
 ok(wait_until(30, sub {
 	my $log = log_since($node, $offset);
 	return !grep { $log !~ /outbox "postgres" shard $_: rebuilding the Kafka producer/ } 0 .. $shards - 1;

@@ -52,21 +52,6 @@ sub start_async_load
 		'<', \undef, '>', '/dev/null', '2>', "$file.err") ];
 }
 
-sub set_conf_and_reload
-{
-	my ($line) = @_;
-	$node->append_conf('postgresql.conf', "$line\n");
-	$node->reload;
-}
-
-sub pause_delivery
-{
-	my $from = -s $node->logfile;
-	set_conf_and_reload('outbox.enabled = off');
-	ok(wait_until(10, sub { log_since($node, $from) =~ /outbox "postgres" shard 0: delivery paused/ }),
-		'delivery paused');
-}
-
 # Sends one event in its own transaction committed with
 # synchronous_commit = local (returns at once whatever the standbys do).
 sub send_local
@@ -95,12 +80,12 @@ my ($phantom_total, $lost_total, $stopped_with, $survived) = (0, 0, 0, 0);
 for my $round (1 .. 3)
 {
 	my $paused = $round != 2;
-	pause_delivery() if $paused;
+	ok(pause_delivery($node, 1), 'delivery paused') if $paused;
 	my $load = start_async_load($round, 150, 'durable', $paused ? 0 : 0.02);
 	if ($paused)
 	{
 		wait_load($load);
-		set_conf_and_reload('outbox.enabled = on');
+		reload_with($node, 'outbox.enabled = on');
 	}
 	my $in_kafka = 0;
 	ok(wait_until(30, sub {
@@ -154,7 +139,7 @@ ok(wait_for_empty($node, 60), "(a') the outbox drains");
 
 # ---- (b) synchronous_standby_names naming no standby --------------------------
 
-set_conf_and_reload("synchronous_standby_names = 'nosuchstandby'");
+reload_with($node, "synchronous_standby_names = 'nosuchstandby'");
 ok(wait_query($node, 'postgres', q{SELECT current_setting('synchronous_standby_names') = 'nosuchstandby'}),
 	'(b) synchronous_standby_names set');
 my @ids = map { send_local('syncrep', "unconfirmed-$_") } 1 .. 5;
@@ -163,7 +148,7 @@ sleep 5;
 my $early = scalar @{ values_in('syncrep') };
 is($early, 0, '(b) no event reached Kafka within 5 s while no synchronous standby confirmed');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox'), '5', '(b) the events wait in the outbox');
-set_conf_and_reload("synchronous_standby_names = ''");
+reload_with($node, "synchronous_standby_names = ''");
 my $t1 = time;
 ok(wait_until(30, sub { @{ values_in('syncrep') } >= 5 }),
 	'(b) delivered once synchronous_standby_names is cleared');
@@ -178,7 +163,7 @@ $node->backup('b');
 my $standby = PostgreSQL::Test::Cluster->new('h4_standby');
 $standby->init_from_backup($node, 'b', has_streaming => 1);
 $standby->start;
-set_conf_and_reload("synchronous_standby_names = 'h4_standby'");
+reload_with($node, "synchronous_standby_names = 'h4_standby'");
 ok(wait_query($node, 'postgres', q{SELECT count(*) = 1 FROM pg_stat_replication
 	WHERE application_name = 'h4_standby' AND sync_state = 'sync'}), '(c) the standby is the synchronous one');
 send_local('standby', 'confirmed-1');

@@ -28,27 +28,12 @@ OutboxTest::create_sent_table($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
-sub set_conf_and_reload
-{
-	my ($lines) = @_;
-	$node->append_conf('postgresql.conf', "$lines\n");
-	$node->reload;
-}
-
-sub pause_delivery
-{
-	my $from = -s $node->logfile;
-	set_conf_and_reload('outbox.enabled = off');
-	ok(wait_until(10, sub { log_since($node, $from) =~ /outbox "postgres" shard 0: delivery paused/ }),
-		'delivery paused');
-}
-
 # Reloads outbox.kafka_config and waits for the producer to be rebuilt.
 sub set_kafka_config
 {
 	my ($extra) = @_;
 	my $from = -s $node->logfile;
-	set_conf_and_reload("outbox.kafka_config = '$OutboxTest::TEST_KAFKA_CONFIG$extra'");
+	reload_with($node, "outbox.kafka_config = '$OutboxTest::TEST_KAFKA_CONFIG$extra'");
 	ok(wait_until(30, sub { log_since($node, $from) =~ /rebuilding the Kafka producer/ }),
 		"producer rebuilt with '$extra'");
 }
@@ -85,7 +70,7 @@ sub count_copies
 for my $case ([ 'keyless', 'held', 'NULL::text', '1 hour' ], [ 'keyed', 'held2', q{'h' || g}, '15 seconds' ])
 {
 	my ($label, $held_topic, $held_key, $held_for) = @$case;
-	pause_delivery();
+	ok(pause_delivery($node, 1), 'delivery paused');
 	sql("SELECT count(outbox_send('$held_topic', 'h' || g, $held_key)) FROM generate_series(1, 10001) g");
 	my $e1 = sql("SELECT outbox_send('order', 'E1-$label', 'k-$label')");
 	sql("UPDATE outbox SET attempts = 1, last_error = 'set by the test', next_attempt_at = now()
@@ -95,7 +80,7 @@ for my $case ([ 'keyless', 'held', 'NULL::text', '1 hour' ], [ 'keyed', 'held2',
 	cmp_ok($e1, '>', sql("SELECT max(id) FROM outbox WHERE topic = '$held_topic'"),
 		"(a $label) E1 has a higher id than the 10,001 waiting events");
 	my $t0 = time;
-	set_conf_and_reload('outbox.enabled = on');
+	reload_with($node, 'outbox.enabled = on');
 	ok(wait_query($node, 'postgres', "SELECT count(*) = 0 FROM outbox WHERE id IN ($e1, $e2)", 60),
 		"(a $label) E1 and E2 delivered");
 	my $order = join(',', @{ values_of('order', "k-$label") });
@@ -174,7 +159,7 @@ diag('FIGURES (c) M7 unknown topic, message.timeout.ms=5000: attempts|last_error
 	  . sql("SELECT attempts, last_error FROM outbox WHERE id = $probe"));
 sql("DELETE FROM outbox WHERE id = $probe");
 
-set_conf_and_reload("outbox.max_attempts = 3");
+reload_with($node, "outbox.max_attempts = 3");
 set_kafka_config(',topic.metadata.propagation.max.ms=1000');
 my ($bad, $good) = split /\n/, sql(q{SELECT outbox_send('nosuch', 'bad', 'm7');
 	SELECT outbox_send('m7good', 'good-after-bad', 'm7')});
@@ -198,7 +183,7 @@ sql('SELECT outbox_dead_letter_purge(\'0 s\')');
 # ---- (d) a settle that keeps failing -----------------------------------------
 # message.max.bytes=2000: librdkafka refuses the 5000-byte poison at once.
 
-set_conf_and_reload('outbox.max_attempts = 1');
+reload_with($node, 'outbox.max_attempts = 1');
 set_kafka_config(',message.max.bytes=2000');
 sql(q{CREATE FUNCTION refuse_dead_letter() RETURNS trigger LANGUAGE plpgsql
 	AS $$ BEGIN RAISE EXCEPTION 'dead letters refused by the test'; END $$;
@@ -224,15 +209,15 @@ diag("FIGURES (d) M4 settle failing 30 s: good=20 settle_failures_logged=$failur
 	  . "duplicates_after_30s=$dups missing_after_30s=$missing duplicates_end=$dups_end missing_end=$missing_end");
 
 # attempts = 1100, max_attempts = 100000: one more failure is just recorded
-set_conf_and_reload('outbox.max_attempts = 100000');
-pause_delivery();
+reload_with($node, 'outbox.max_attempts = 100000');
+ok(pause_delivery($node, 1), 'delivery paused');
 my @good2 = map { "good2-$_" } 1 .. 5;
 my $big = (split /\n/, sql(join(";\n", 'BEGIN',
 	q{SELECT outbox_send('m4', repeat('y', 5000), 'P2')},
 	(map { "SELECT outbox_send('m4', 'good2-$_', 'h$_')" } 1 .. 5), 'COMMIT')))[0];
 sql("UPDATE outbox SET attempts = 1100 WHERE id = $big");
 $offset = -s $node->logfile;
-set_conf_and_reload('outbox.enabled = on');
+reload_with($node, 'outbox.enabled = on');
 ok(wait_query($node, 'postgres', "SELECT attempts >= 1101 FROM outbox WHERE id = $big", 20),
 	'(d) the failure after 1100 attempts is recorded');
 ok(wait_query($node, 'postgres', q{SELECT count(*) = 1 FROM outbox}, 15), '(d) the good events delivered');

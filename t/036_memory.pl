@@ -39,25 +39,6 @@ outbox.enabled = off
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
-sub set_conf_and_reload
-{
-	my ($line) = @_;
-	$node->append_conf('postgresql.conf', "$line\n");
-	$node->reload;
-}
-
-# With $from (a log offset), only waits: the node started paused.
-sub pause_delivery
-{
-	my ($from) = @_;
-	if (!defined $from)
-	{
-		$from = -s $node->logfile;
-		set_conf_and_reload('outbox.enabled = off');
-	}
-	return wait_until(10, sub { log_since($node, $from) =~ /outbox "postgres" shard 0: delivery paused/ });
-}
-
 # $events events of 1 MB + a unique 9-byte prefix ("00000042:"), no key,
 # in transactions of 250, stored lz4-compressed.
 sub send_big
@@ -88,7 +69,7 @@ sub drain_and_sample
 {
 	my ($pid) = @{ worker_pids($node) };
 	my %r = (anon => 0, hwm => 0, samples => 0, drained => 0, aborted => 0);
-	set_conf_and_reload('outbox.enabled = on');
+	reload_with($node, 'outbox.enabled = on');
 	my $t0 = time;
 	my $next_check = $t0 + 1;
 	while (time - $t0 < 150)
@@ -102,7 +83,7 @@ sub drain_and_sample
 		{
 			diag("worker $pid holds $anon MB of anonymous memory: stopping it");
 			$r{aborted} = 1;
-			pause_delivery();
+			pause_delivery($node, 1);
 			sql("SELECT pg_terminate_backend($pid)");
 			last;
 		}
@@ -156,8 +137,8 @@ my $shared_mb = sql(q{SELECT pg_size_bytes(current_setting('shared_buffers')) / 
 for my $format ('payload', 'envelope')
 {
 	my $topic = "mem_$format";
-	ok(pause_delivery($format eq 'payload' ? 0 : undef), "($format) delivery paused");
-	set_conf_and_reload("outbox.message_format = '$format'");
+	ok(pause_delivery($node, 1, $format eq 'payload' ? 0 : undef), "($format) delivery paused");
+	reload_with($node, "outbox.message_format = '$format'");
 	my $t_send = time;
 	send_big($topic);
 	my $send_s = time - $t_send;

@@ -20,7 +20,7 @@ use Time::HiRes ();
 our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
-  worker_pids start_locker release_locker);
+  worker_pids start_locker release_locker reload_with pause_delivery);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -257,6 +257,31 @@ sub worker_pids
 	my $ret = $node->psql('postgres', q{SELECT pid FROM pg_stat_activity
 		WHERE backend_type = 'outbox shard' ORDER BY pid}, stdout => \$out, stderr => \$err);
 	return $ret == 0 ? [ grep { length } split /\n/, $out ] : [];
+}
+
+# Appends $line to postgresql.conf and reloads.
+sub reload_with
+{
+	my ($node, $line) = @_;
+	$node->append_conf('postgresql.conf', "$line\n");
+	$node->reload;
+}
+
+# Pauses delivery (outbox.enabled = off), then waits until each of the
+# $shards workers of database postgres says it is paused; with $from (a log
+# offset) only waits, from there. True if they all did within 10 s.
+sub pause_delivery
+{
+	my ($node, $shards, $from) = @_;
+	if (!defined $from)
+	{
+		$from = -s $node->logfile;
+		reload_with($node, 'outbox.enabled = off');
+	}
+	return wait_until(10, sub {
+		my $log = log_since($node, $from);
+		return !grep { $log !~ /outbox "postgres" shard $_: delivery paused/ } 0 .. $shards - 1;
+	});
 }
 
 # A session holding a SHARE lock on the outbox: the workers can read it,
