@@ -124,8 +124,40 @@ SET outbox.max_message_bytes = '10MB';
 RESET ROLE;
 
 --
+-- Monitoring: pg_monitor reads the status views and explains events, with
+-- no right on the tables; PUBLIC does none of it; resetting the statistics
+-- is the owner's.
+--
+CREATE ROLE regress_outbox_monitor IN ROLE pg_monitor;
+GRANT USAGE ON SCHEMA events TO regress_outbox_monitor;
+SELECT c.relname AS view,
+       has_table_privilege('public', c.oid, 'SELECT') AS public_may_read,
+       has_table_privilege('pg_monitor', c.oid, 'SELECT') AS pg_monitor_may_read
+FROM pg_class c WHERE c.relnamespace = 'events'::regnamespace AND c.relkind = 'v'
+ORDER BY c.relname;
+SET ROLE regress_outbox_monitor;
+SELECT shard, pid, state, pending FROM events.outbox_status;
+SELECT count(*) AS brokers FROM events.outbox_kafka_brokers;
+SELECT id, status FROM events.outbox_explain(900);
+SELECT events.outbox_stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM events.outbox;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SET ROLE regress_outbox_nobody;
+SELECT * FROM events.outbox_status;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM events.outbox_kafka_brokers;
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM events.outbox_explain(900);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM events.outbox_shard_stats();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+--
 -- Clean up: roles, the extension and its schema.
 --
 DROP EXTENSION outbox;
 DROP SCHEMA events;
-DROP ROLE regress_outbox_nobody, regress_outbox_app;
+DROP ROLE regress_outbox_nobody, regress_outbox_app, regress_outbox_monitor;

@@ -11,6 +11,7 @@
  * again.
  */
 #include "outbox.h"
+#include "stats.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -40,6 +41,8 @@ typedef struct Plans
 	SPIPlanPtr	reshard;
 	SPIPlanPtr	instance;
 	SPIPlanPtr	rotate_instance;
+	SPIPlanPtr	oldest;			/* created_at of the shard's first event */
+	SPIPlanPtr	pending;		/* how many events the shard has */
 } Plans;
 
 static SPIPlanPtr extension_plan = NULL;
@@ -105,6 +108,8 @@ forget_plans(void)
 	free_plan(&plans.reshard);
 	free_plan(&plans.instance);
 	free_plan(&plans.rotate_instance);
+	free_plan(&plans.oldest);
+	free_plan(&plans.pending);
 	plans_extension_oid = InvalidOid;
 	instance_timeline = 0;
 }
@@ -215,6 +220,7 @@ prepare_plans(const char *schema)
 	const char *s = quote_identifier(schema);
 	Oid			reshard_args[] = {INT4OID, INT4OID};
 	Oid			rotate_args[] = {INT8OID, OIDOID};
+	Oid			oldest_args[] = {INT4OID, INT8OID};
 
 	prepare_read_plans(s);
 	prepare_settle_plans(s);
@@ -235,6 +241,14 @@ prepare_plans(const char *schema)
 											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
 											 " OR database OPERATOR(pg_catalog.<>) $2", s),
 									2, rotate_args);
+	/* from the worker's position: the deleted rows before it are skipped */
+	plans.oldest = prepare(psprintf(
+									"SELECT created_at FROM %s.outbox WHERE shard" EQ "$1"
+									" AND id OPERATOR(pg_catalog.>=) $2 ORDER BY id LIMIT 1", s),
+						   2, oldest_args);
+	plans.pending = prepare(psprintf(
+									 "SELECT pg_catalog.count(*) FROM %s.outbox WHERE shard" EQ "$1", s),
+							1, oldest_args);
 }
 
 /*
@@ -620,9 +634,14 @@ record_failures(OutboxBatch *batch, int shard)
 	if (SPI_execute_plan(plans.dead_letter, args, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "outbox: moving events to the dead letters failed");
 	if (SPI_processed > 0)
+	{
+		outbox_stats_dead_lettered(SPI_processed);
 		ereport(WARNING,
 				(errmsg("%s: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
-						outbox_worker_name(), (uint64) SPI_processed, outbox_max_attempts)));
+						outbox_worker_name(), (uint64) SPI_processed, outbox_max_attempts),
+				 errdetail("The first failed event of the batch, id " INT64_FORMAT ", failed with: %s",
+						   ids[0], TextDatumGetCString(errors[0]))));
+	}
 }
 
 /*
@@ -686,4 +705,54 @@ outbox_reshard_orphans(int shard)
 	}
 	end_step(caller_context);
 	return moved;
+}
+
+/*
+ * The created_at of the shard's first event from from_id on (the lowest
+ * id the worker may still have to deliver); false when there is none or
+ * no extension.
+ */
+bool
+outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	Datum		args[2] = {Int32GetDatum(shard), Int64GetDatum(from_id)};
+	bool		found = false;
+	bool		recreated;
+	bool		isnull;
+
+	begin_step("outbox: looking at the oldest pending event");
+	if (find_extension(&recreated))
+	{
+		if (SPI_execute_plan(plans.oldest, args, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "outbox: reading the oldest pending event failed");
+		found = (SPI_processed == 1);
+		if (found)
+			*created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	end_step(caller_context);
+	return found;
+}
+
+/* How many events the shard has (a count: for a log line, not a loop). */
+int64
+outbox_pending_count(int shard)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	Datum		args[1] = {Int32GetDatum(shard)};
+	int64		count = 0;
+	bool		recreated;
+	bool		isnull;
+
+	begin_step("outbox: counting pending events");
+	if (find_extension(&recreated))
+	{
+		if (SPI_execute_plan(plans.pending, args, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "outbox: counting pending events failed");
+		count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											1, &isnull));
+	}
+	end_step(caller_context);
+	return count;
 }

@@ -53,6 +53,7 @@ extern int	outbox_retry_backoff_max_ms;
 extern int	outbox_max_attempts;
 extern int	outbox_shutdown_timeout_ms;
 extern int	outbox_batch_bytes;
+extern int	outbox_lag_warning_ms;
 
 extern void outbox_define_settings(void);
 extern bool outbox_database_allowed(const char *dbname);
@@ -148,6 +149,7 @@ typedef struct OutboxEvent
 	char	  **header_values;
 	TimestampTz created_at;
 	EventOutcome outcome;
+	TimestampTz acked_at;		/* when Kafka acknowledged it (DELIVERED) */
 	const char *error;			/* set with a FAILED outcome */
 } OutboxEvent;
 
@@ -170,6 +172,8 @@ extern bool outbox_extension_exists(void);
 extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
 							  int64 cursor, int limit, uint64 rewind_generation);
 extern void outbox_finish_batch(OutboxBatch *batch, int shard);
+extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at);
+extern int64 outbox_pending_count(int shard);
 extern const char *outbox_instance_id(void);
 
 /* durability.c */
@@ -190,6 +194,12 @@ extern void outbox_producer_serve(OutboxProducer *producer, int timeout_ms);
 extern void outbox_producer_purge(OutboxProducer *producer);
 extern bool outbox_producer_is_fatal(OutboxProducer *producer);
 extern void outbox_producer_report_state(OutboxProducer *producer);
+extern void outbox_producer_poll(OutboxProducer *producer);
+extern bool outbox_producer_kafka_down(OutboxProducer *producer);
+extern void outbox_producer_publish_brokers(OutboxProducer *producer);
+
+/* lag_alert.c */
+extern void outbox_check_lag(int shard, int64 from_id);
 
 /* envelope.c */
 extern void outbox_envelope_init(const char *database);

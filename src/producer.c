@@ -14,7 +14,12 @@
 #include <librdkafka/rdkafka.h>
 
 #include "miscadmin.h"
+#include "stats.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 /* Every librdkafka call that can fail goes through this check. */
 #define KAFKA_CONF_SET(conf, name, value) \
@@ -28,6 +33,9 @@
 		} \
 	} while (0)
 
+/* Statistics kept between two looks of the worker; older ones are dropped. */
+#define MAX_PENDING_STATISTICS 8
+
 struct OutboxProducer
 {
 	rd_kafka_t *rk;
@@ -37,6 +45,13 @@ struct OutboxProducer
 	char		last_reason[512];
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
+	bool		kafka_down;		/* no broker reachable, none seen up since */
+	/* librdkafka's statistics not yet published, oldest first (malloc'd) */
+	char	   *statistics[MAX_PENDING_STATISTICS];
+	int			nstatistics;
+	/* what the statistics said of each broker, rtt as last measured */
+	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
+	int			nbrokers;
 };
 
 /*
@@ -111,7 +126,11 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 
 	record_outcome(event, message->err);
 	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		event->acked_at = GetCurrentTimestamp();
 		producer->unreachable = false;
+		producer->kafka_down = false;
+	}
 	if (producer->batch != NULL)
 		producer->batch->in_flight--;
 }
@@ -123,6 +142,33 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	producer->last_error = (rd_kafka_resp_err_t) err;
 	strlcpy(producer->last_reason, reason, sizeof(producer->last_reason));
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+		producer->kafka_down = true;
+}
+
+/*
+ * Keeps librdkafka's statistics (JSON) for the worker to publish; parsing
+ * them here could raise an error inside librdkafka's call.
+ */
+static int
+on_statistics(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
+{
+	OutboxProducer *producer = (OutboxProducer *) opaque;
+	char	   *copy = malloc(json_len + 1);
+
+	if (copy == NULL)
+		return 0;
+	memcpy(copy, json, json_len);
+	copy[json_len] = '\0';
+	if (producer->nstatistics == MAX_PENDING_STATISTICS)
+	{
+		free(producer->statistics[0]);
+		memmove(producer->statistics, producer->statistics + 1,
+				sizeof(char *) * (MAX_PENDING_STATISTICS - 1));
+		producer->nstatistics--;
+	}
+	producer->statistics[producer->nstatistics++] = copy;
+	return 0;
 }
 
 /* librdkafka's own chatter (reconnect attempts...) stays at DEBUG1. */
@@ -198,6 +244,8 @@ build_conf(OutboxProducer *producer, const char *client_id, char **error)
 	KAFKA_CONF_SET(conf, "socket.nagle.disable", "true");
 	/* back within about a second of Kafka's return, not ten */
 	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", "1000");
+	/* for outbox_kafka_brokers; outbox.kafka_config may change or disable it */
+	KAFKA_CONF_SET(conf, "statistics.interval.ms", "1000");
 	snprintf(value, sizeof(value), "%d",
 			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
 	KAFKA_CONF_SET(conf, "message.max.bytes", value);
@@ -221,6 +269,7 @@ build_conf(OutboxProducer *producer, const char *client_id, char **error)
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, on_log);
+	rd_kafka_conf_set_stats_cb(conf, on_statistics);
 	return conf;
 }
 
@@ -256,6 +305,8 @@ outbox_producer_destroy(OutboxProducer *producer)
 {
 	outbox_producer_purge(producer);
 	rd_kafka_destroy(producer->rk);
+	for (int i = 0; i < producer->nstatistics; i++)
+		free(producer->statistics[i]);
 	pfree(producer);
 }
 
@@ -365,6 +416,7 @@ outbox_producer_report_state(OutboxProducer *producer)
 						producer->last_reason),
 				 errdetail("librdkafka error %s. Events Kafka did not acknowledge stay in the outbox and are sent again.",
 						   rd_kafka_err2name(err))));
+		outbox_stats_error(producer->last_reason);
 		producer->logged_error = err;
 		producer->unreachable = true;
 	}
@@ -375,4 +427,155 @@ outbox_producer_report_state(OutboxProducer *producer)
 		producer->logged_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 	}
 	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* Serves whatever librdkafka has for us (errors, statistics) without waiting. */
+void
+outbox_producer_poll(OutboxProducer *producer)
+{
+	rd_kafka_poll(producer->rk, 0);
+}
+
+/* True after librdkafka said every broker is down, until one is seen up. */
+bool
+outbox_producer_kafka_down(OutboxProducer *producer)
+{
+	return producer->kafka_down;
+}
+
+static bool
+json_field(JsonbContainer *object, const char *name, JsonbValue *value)
+{
+	return getKeyJsonValueFromContainer(object, name, strlen(name), value) != NULL;
+}
+
+static void
+json_text(JsonbContainer *object, const char *name, char *buf, size_t size)
+{
+	JsonbValue	v;
+
+	buf[0] = '\0';
+	if (json_field(object, name, &v) && v.type == jbvString)
+		strlcpy(buf, v.val.string.val, Min(size, (size_t) v.val.string.len + 1));
+}
+
+static double
+json_number(JsonbContainer *object, const char *name)
+{
+	JsonbValue	v;
+
+	if (!json_field(object, name, &v) || v.type != jbvNumeric)
+		return 0;
+	return DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
+}
+
+/* The entry of a broker by name, added if new (NULL when full). */
+static OutboxBrokerInfo *
+known_broker(OutboxProducer *producer, const char *name)
+{
+	for (int i = 0; i < producer->nbrokers; i++)
+		if (strcmp(producer->brokers[i].name, name) == 0)
+			return &producer->brokers[i];
+	if (producer->nbrokers == OUTBOX_MAX_BROKERS)
+		return NULL;
+	memset(&producer->brokers[producer->nbrokers], 0, sizeof(OutboxBrokerInfo));
+	strlcpy(producer->brokers[producer->nbrokers].name, name, sizeof(producer->brokers[0].name));
+	return &producer->brokers[producer->nbrokers++];
+}
+
+/*
+ * Takes in one broker of the statistics: those with a node id (known from
+ * metadata), not a bootstrap address not yet matched to a broker nor
+ * librdkafka's internal one. The round trip is kept from the last interval
+ * that had a request in it.
+ */
+static void
+take_in_broker(OutboxProducer *producer, JsonbContainer *broker)
+{
+	char		name[128];
+	JsonbValue	rtt;
+	OutboxBrokerInfo *info;
+
+	if (json_number(broker, "nodeid") < 0)
+		return;
+	json_text(broker, "nodename", name, sizeof(name));
+	info = known_broker(producer, name);
+	if (info == NULL)
+		return;
+	json_text(broker, "state", info->state, sizeof(info->state));
+	info->in_flight = (int64) json_number(broker, "waitresp_cnt");
+	if (json_field(broker, "rtt", &rtt) && rtt.type == jbvBinary &&
+		json_number(rtt.val.binary.data, "cnt") > 0)
+		info->rtt_avg_ms = json_number(rtt.val.binary.data, "avg") / 1000.0;
+}
+
+static void
+take_in_statistics(OutboxProducer *producer, const char *text)
+{
+	Jsonb	   *json = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+	JsonbValue	brokers;
+	JsonbIterator *it;
+	JsonbIteratorToken token;
+	JsonbValue	v;
+
+	if (!json_field(&json->root, "brokers", &brokers) || brokers.type != jbvBinary)
+		return;
+	it = JsonbIteratorInit(brokers.val.binary.data);
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		if (token == WJB_VALUE && v.type == jbvBinary)
+			take_in_broker(producer, v.val.binary.data);
+	pfree(json);
+}
+
+static void
+take_in_and_free(OutboxProducer *producer, char *text)
+{
+	PG_TRY();
+	{
+		take_in_statistics(producer, text);
+	}
+	PG_FINALLY();
+	{
+		free(text);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Kafka is unreachable when brokers were tried and none is up; brokers
+ * never needed yet (INIT) say nothing either way.
+ */
+static bool
+brokers_all_down(OutboxProducer *producer)
+{
+	bool		tried = false;
+
+	for (int i = 0; i < producer->nbrokers; i++)
+	{
+		if (strcmp(producer->brokers[i].state, "UP") == 0)
+			return false;
+		if (strcmp(producer->brokers[i].state, "INIT") != 0)
+			tried = true;
+	}
+	return tried;
+}
+
+/*
+ * Publishes the brokers of the statistics librdkafka sent since the last
+ * look, and whether Kafka is reachable by their states.
+ */
+void
+outbox_producer_publish_brokers(OutboxProducer *producer)
+{
+	char	   *pending[MAX_PENDING_STATISTICS];
+	int			npending = producer->nstatistics;
+
+	if (npending == 0)
+		return;
+	memcpy(pending, producer->statistics, sizeof(char *) * npending);
+	producer->nstatistics = 0;
+	for (int i = 0; i < npending; i++)
+		take_in_and_free(producer, pending[i]);
+	producer->kafka_down = brokers_all_down(producer);
+	outbox_stats_brokers(producer->brokers, producer->nbrokers);
 }

@@ -27,6 +27,7 @@ int			outbox_retry_backoff_max_ms = 60000;
 int			outbox_max_attempts = 10;
 int			outbox_shutdown_timeout_ms = 5000;
 int			outbox_batch_bytes = 64 * 1024 * 1024;
+int			outbox_lag_warning_ms = 60 * 1000;
 
 static const struct config_enum_entry message_format_options[] = {
 	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
@@ -387,6 +388,11 @@ outbox_define_settings(void)
 	DefineCustomIntVariable("outbox.shutdown_timeout",
 							"How long a stopping worker waits for Kafka's acknowledgements.",
 							NULL, &outbox_shutdown_timeout_ms, 5000, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.lag_warning",
+							"Age of a shard's oldest pending event that raises a WARNING in the log.",
+							"0 turns the warning off.",
+							&outbox_lag_warning_ms, 60 * 1000, 0, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 
 	/* not preloaded, outbox.shards and outbox.database stay placeholders */

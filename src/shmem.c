@@ -18,6 +18,8 @@
 
 #include <signal.h>
 
+#include "stats.h"
+
 #include "access/twophase.h"
 #include "commands/sequence.h"
 #include "miscadmin.h"
@@ -124,6 +126,7 @@ request_shmem(void)
 	RequestAddinShmemSpace(sizeof(OutboxShared));
 	RequestAddinShmemSpace(mul_size(outbox_max_workers, sizeof(WorkerSlot)));
 	RequestAddinShmemSpace(mul_size(proc_count(), sizeof(RegistryEntry)));
+	RequestAddinShmemSpace(outbox_stats_shmem_size());
 	RequestNamedLWLockTranche("outbox", 1);
 }
 
@@ -168,6 +171,7 @@ startup_shmem(void)
 							   &found_registry);
 	if (!found)
 		init_shared();
+	outbox_stats_shmem_startup();
 	registry_lock = &(GetNamedLWLockTranche("outbox"))->lock;
 	LWLockRelease(AddinShmemInitLock);
 }

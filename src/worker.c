@@ -10,6 +10,7 @@
  * retried after a back-off, so the worker never crash-loops.
  */
 #include "outbox.h"
+#include "stats.h"
 
 #include <ctype.h>
 
@@ -30,6 +31,9 @@
 
 /* How often the wait for delivery reports looks at interrupts. */
 #define SERVE_SLICE_MS 100
+
+/* Longest sleep between two looks at Kafka's state and the shard's lag. */
+#define LOOK_AROUND_MS 1000
 
 typedef enum WaitReason
 {
@@ -60,6 +64,7 @@ typedef struct WorkerState
 	OutboxBatch *settling;		/* reports served, rows not settled; or NULL */
 	MemoryContext pass_context;	/* anything else a pass allocates */
 	XLogRecPtr	settled_lsn;	/* commit of the last settle, maybe unflushed */
+	TimestampTz next_pass_at;	/* unless a commit wakes the worker first */
 } WorkerState;
 
 /* For the log, the envelope and Kafka's client.id: set once connected. */
@@ -88,6 +93,7 @@ exit_unless_extension(WorkerState *st, bool found)
 	if (st->in_flight != NULL || st->settling != NULL)
 		return;
 	outbox_worker_found_extension(st->slot, false);
+	outbox_stats_set_state(SHARD_NO_EXTENSION);
 	proc_exit(0);
 }
 
@@ -181,6 +187,8 @@ ensure_producer(WorkerState *st)
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	if (st->producer == NULL)
 	{
+		outbox_stats_set_state(SHARD_BACKING_OFF);
+		outbox_stats_error(error);
 		log_wait_once(st, WAIT_PRODUCER,
 					  psprintf("cannot create the Kafka producer, waiting for a settings change: %s",
 							   error));
@@ -262,6 +270,36 @@ abandon_reports(WorkerState *st, OutboxBatch *batch)
 	batch->in_flight = 0;
 }
 
+/* The lowest id the worker may still have to deliver. */
+static int64
+lowest_undelivered_id(WorkerState *st)
+{
+	int64		id = st->cursor;
+
+	if (st->in_flight != NULL && st->in_flight->nevents > 0)
+		id = Min(id, st->in_flight->events[0].id);
+	if (st->settling != NULL && st->settling->nevents > 0)
+		id = Min(id, st->settling->events[0].id);
+	return id;
+}
+
+/*
+ * What the worker does about once a second whatever it is waiting for:
+ * publish what its producer knows of Kafka, and look at the shard's lag.
+ * Outside any transaction.
+ */
+static void
+look_around(WorkerState *st)
+{
+	if (st->producer != NULL)
+	{
+		outbox_producer_poll(st->producer);
+		outbox_producer_report_state(st->producer);
+		outbox_producer_publish_brokers(st->producer);
+	}
+	outbox_check_lag(st->shard, lowest_undelivered_id(st));
+}
+
 /*
  * Serves delivery reports until every event is settled. A stop request
  * (SIGTERM) or a producer rebuild waits at most outbox.shutdown_timeout,
@@ -290,7 +328,9 @@ wait_for_reports(WorkerState *st, OutboxBatch *batch)
 		if (ConfigReloadPending)
 			reload_settings(st);
 		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
-		outbox_producer_report_state(st->producer);
+		outbox_stats_set_state(outbox_producer_kafka_down(st->producer) ?
+							   SHARD_WAITING_FOR_KAFKA : SHARD_DELIVERING);
+		look_around(st);
 	}
 	if (batch->in_flight > 0)
 		abandon_reports(st, batch);
@@ -486,9 +526,11 @@ start_batch(WorkerState *st, OutboxBatch *batch)
 	/* in flight before the first message: an error halfway keeps it */
 	st->in_flight = batch;
 	take_in_read(st, batch);
+	outbox_stats_set_state(SHARD_DELIVERING);
 	old = MemoryContextSwitchTo(batch_context(st, batch));
 	produce_batch(st, batch);
 	MemoryContextSwitchTo(old);
+	outbox_stats_in_flight(batch);
 	return true;
 }
 
@@ -512,6 +554,7 @@ settle(WorkerState *st)
 	outbox_finish_batch(batch, st->shard);
 	st->settled_lsn = XactLastCommitEnd;
 	st->settling = NULL;
+	outbox_stats_in_flight(st->in_flight);
 	if (st->in_flight == NULL)
 		st->cursor = next_cursor(batch);
 	/* an idle worker holds no payloads */
@@ -551,6 +594,8 @@ deliver_step(WorkerState *st)
 		{
 			if (next != NULL)
 				take_in_read(st, next);
+			outbox_stats_set_state(outbox_producer_kafka_down(st->producer) ?
+								   SHARD_WAITING_FOR_KAFKA : SHARD_IDLE);
 			return outbox_poll_interval_ms;
 		}
 		start_batch(st, next);
@@ -558,6 +603,7 @@ deliver_step(WorkerState *st)
 	}
 
 	wait_for_reports(st, done);
+	outbox_stats_batch_done(done);
 	unavailable = kafka_unavailable(done);
 	log_refusals(st, done);
 	st->in_flight = NULL;
@@ -569,7 +615,10 @@ deliver_step(WorkerState *st)
 	pgstat_report_activity(STATE_IDLE, NULL);
 
 	if (unavailable)
+	{
+		outbox_stats_set_state(SHARD_WAITING_FOR_KAFKA);
 		return back_off(st);
+	}
 	st->backoff_ms = 0;
 	st->backoff_until = 0;
 	return 0;
@@ -635,11 +684,13 @@ run_pass(WorkerState *st)
 	{
 		if (!outbox_enabled)
 		{
+			outbox_stats_set_state(SHARD_PAUSED);
 			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
 			return outbox_poll_interval_ms;
 		}
 		if (RecoveryInProgress())
 		{
+			outbox_stats_set_state(SHARD_RECOVERY);
 			log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
 			return outbox_poll_interval_ms;
 		}
@@ -665,11 +716,16 @@ run_pass(WorkerState *st)
 	PG_CATCH();
 	{
 		/* an error skips deliver()'s RESUME_INTERRUPTS */
+		ErrorData  *error;
+
 		InterruptHoldoffCount = holdoff;
 		MemoryContextSwitchTo(pass_context);
+		error = CopyErrorData();
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
+		outbox_stats_error(error->message);
+		outbox_stats_set_state(SHARD_BACKING_OFF);
 		recover_from_error(st);
 		wait_ms = back_off(st);
 	}
@@ -719,12 +775,27 @@ force_session_settings(void)
 		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 }
 
+/*
+ * Sleeps until the next pass is due or a commit (the latch) calls for one,
+ * but at most a second, so look_around() runs that often.
+ */
 static void
-wait_for_next_pass(WorkerState *st, long ms)
+wait_for_next_pass(WorkerState *st)
 {
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ms, PG_WAIT_EXTENSION);
+	long		secs;
+	int			usecs;
+	long		ms;
+	int			rc;
+
+	TimestampDifference(GetCurrentTimestamp(), st->next_pass_at, &secs, &usecs);
+	ms = secs * 1000 + usecs / 1000;
+	if (ms <= 0)
+		return;
+	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+				   Min(ms, LOOK_AROUND_MS), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
+	if (rc & WL_LATCH_SET)
+		st->next_pass_at = 0;
 	handle_interrupts(st);
 }
 
@@ -744,6 +815,7 @@ connect_to_database(WorkerState *st)
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
 	if (!outbox_worker_attach(st->slot, generation, &dboid, &st->shard))
 		proc_exit(0);
+	outbox_stats_attach(dboid, st->shard);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	force_session_settings();
 
@@ -797,18 +869,21 @@ outbox_worker_main(Datum main_arg)
 
 	for (;;)
 	{
-		long		wait_ms;
-
 		handle_interrupts(&st);
 		/* what a pass allocates outside its batches lives until the next */
 		MemoryContextSwitchTo(st.pass_context);
 		MemoryContextReset(st.pass_context);
 		if (ConfigReloadPending)
+		{
 			reload_settings(&st);
-		wait_ms = run_pass(&st);
+			st.next_pass_at = 0;
+		}
+		if (GetCurrentTimestamp() >= st.next_pass_at)
+			st.next_pass_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  run_pass(&st));
 		if (st.extension_gone)
 			exit_unless_extension(&st, false);
-		if (wait_ms > 0)
-			wait_for_next_pass(&st, wait_ms);
+		look_around(&st);
+		wait_for_next_pass(&st);
 	}
 }

@@ -16,8 +16,8 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my @from = ('0.1.0');
-my $current = '0.2.0';
+my @from = ('0.1.0', '0.2.0');
+my $current = '0.3.0';
 
 my $broker = start_broker(topics => ['upgrade:3']);
 my $node = new_outbox_node('upgrade', $broker, no_extension => 1,
@@ -62,7 +62,7 @@ ORDER BY 1
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION outbox');
 my $fresh = $node->safe_psql('fresh', $catalog_sql);
-like($fresh, qr/outbox_instance/, 'the fresh catalog lists the current objects');
+like($fresh, qr/outbox_status/, 'the fresh catalog lists the current objects');
 
 for my $version (@from)
 {

@@ -1,0 +1,100 @@
+/*
+ * lag_alert.c
+ *		Tells the server log when a shard falls behind: a WARNING when its
+ *		oldest pending event gets older than outbox.lag_warning, a LOG line
+ *		when it is back under, never more than one line per shard per
+ *		minute, so that a log-based alert fires once per incident.
+ *
+ * The worker of the shard looks about once a second, also while delivery
+ * is paused or Kafka is unreachable (from its wait for acknowledgements):
+ * those are the times lag grows. What was last said, and when, is kept
+ * with the shard's statistics, so a restarted worker does not repeat it.
+ */
+#include "outbox.h"
+#include "stats.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#define CHECK_INTERVAL_MS 1000
+#define LINE_INTERVAL_MS (60 * 1000)
+
+static TimestampTz last_check = 0;
+
+static void
+report(int shard, bool late, double lag_s)
+{
+	char		last_error[256];
+
+	if (!late)
+	{
+		ereport(LOG,
+				(errmsg("%s: caught up: the oldest pending event is %.1f s old, under outbox.lag_warning (%d ms)",
+						outbox_worker_name(), lag_s, outbox_lag_warning_ms)));
+		return;
+	}
+	outbox_stats_last_error(last_error, sizeof(last_error));
+	ereport(WARNING,
+			(errmsg("%s: the oldest pending event is %.1f s old, over outbox.lag_warning (%d ms)",
+					outbox_worker_name(), lag_s, outbox_lag_warning_ms),
+			 errdetail("" INT64_FORMAT " event(s) pending in shard %d; last error: %s",
+					   outbox_pending_count(shard), shard,
+					   last_error[0] ? last_error : "none")));
+}
+
+static void
+check(int shard, int64 from_id, TimestampTz now)
+{
+	TimestampTz oldest;
+	TimestampTz last_line;
+	double		lag_s = 0;
+	bool		late;
+	/* in shared memory: a restarted worker does not warn again */
+	bool		warned = outbox_stats_lag_warned(&last_line);
+
+	if (outbox_oldest_pending(shard, from_id, &oldest) && oldest < now)
+		lag_s = (double) (now - oldest) / USECS_PER_SEC;
+	late = lag_s * 1000.0 > outbox_lag_warning_ms;
+	if (late == warned)
+		return;
+	/* a change within a minute of the last line waits for a later look */
+	if (last_line != 0 && !TimestampDifferenceExceeds(last_line, now, LINE_INTERVAL_MS))
+		return;
+	report(shard, late, lag_s);
+	outbox_stats_set_lag_warned(late, now);
+}
+
+/*
+ * Looks at the lag of the shard's events from from_id on, at most once a
+ * second. Runs its own transactions, so it must be called outside one; an
+ * error is logged and leaves the worker's state as it was.
+ */
+void
+outbox_check_lag(int shard, int64 from_id)
+{
+	MemoryContext context = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (outbox_lag_warning_ms <= 0 || RecoveryInProgress() ||
+		!TimestampDifferenceExceeds(last_check, now, CHECK_INTERVAL_MS))
+		return;
+	last_check = now;
+	PG_TRY();
+	{
+		check(shard, from_id, now);
+	}
+	PG_CATCH();
+	{
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(context);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(context);
+}

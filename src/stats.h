@@ -1,0 +1,53 @@
+/*
+ * stats.h
+ *		What each worker publishes about its shard's delivery (state,
+ *		counters, acknowledgement latency, Kafka brokers, the batch in
+ *		flight), for the outbox_status and outbox_kafka_brokers views and
+ *		outbox_explain().
+ */
+#ifndef OUTBOX_STATS_H
+#define OUTBOX_STATS_H
+
+#include "outbox.h"
+
+typedef enum OutboxShardState
+{
+	SHARD_STARTING,
+	SHARD_IDLE,
+	SHARD_DELIVERING,
+	SHARD_WAITING_FOR_KAFKA,
+	SHARD_BACKING_OFF,
+	SHARD_PAUSED,
+	SHARD_RECOVERY,
+	SHARD_NO_EXTENSION,
+	SHARD_STOPPED
+} OutboxShardState;
+
+/* Brokers one producer's statistics can report; more are left out. */
+#define OUTBOX_MAX_BROKERS 16
+
+typedef struct OutboxBrokerInfo
+{
+	char		name[128];		/* host:port */
+	char		state[16];		/* librdkafka's: UP, DOWN, CONNECT... */
+	double		rtt_avg_ms;
+	int64		in_flight;		/* requests waiting for a response */
+} OutboxBrokerInfo;
+
+/* shared memory, reserved and set up by shmem.c's hooks */
+extern Size outbox_stats_shmem_size(void);
+extern void outbox_stats_shmem_startup(void);
+
+/* the worker of (dboid, shard), about itself */
+extern void outbox_stats_attach(Oid dboid, int shard);
+extern void outbox_stats_set_state(OutboxShardState state);
+extern void outbox_stats_error(const char *message);
+extern void outbox_stats_batch_done(const OutboxBatch *batch);
+extern void outbox_stats_dead_lettered(uint64 count);
+extern void outbox_stats_in_flight(const OutboxBatch *batch);
+extern void outbox_stats_brokers(const OutboxBrokerInfo *brokers, int nbrokers);
+extern void outbox_stats_last_error(char *buf, size_t size);
+extern bool outbox_stats_lag_warned(TimestampTz *line_at);
+extern void outbox_stats_set_lag_warned(bool warned, TimestampTz line_at);
+
+#endif							/* OUTBOX_STATS_H */
