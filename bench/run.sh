@@ -8,7 +8,7 @@
 #   bash bench/run.sh [--quick] [--part NAME[,NAME...]]... [--out PATH]
 #                     [--runs N] [--sustained-runs N] [--server-log PATH]
 #
-#   --part       enqueue | drain | latency | sustained | memory | databases
+#   --part       enqueue | capture | drain | latency | sustained | memory | databases
 #                (default: all)
 #   --quick      fewer events and shorter runs, for a fast check
 #   --out        where the JSON goes (default bench/results.json)
@@ -22,6 +22,10 @@
 #   enqueue    outbox_send() against a plain INSERT of the same row into an
 #              ordinary table: one statement of 100k rows, and pgbench with
 #              1 and 8 clients, one event per transaction (delivery paused)
+#   capture    INSERT into a 5-column table with a primary key and an
+#              outbox_capture() trigger against the same INSERT into the same
+#              table without it: one statement of 100k rows, and pgbench with
+#              1 and 8 clients, one row per transaction (delivery paused)
 #   drain      a 500k-event backlog drained by 1, 2 and 4 shards, and by one
 #              shard when the backlog lands in a small outbox that nothing
 #              analyzes first ("burst"); baselines: the same batches read
@@ -55,7 +59,7 @@ source "$BENCH/../scripts/common.sh"
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
 ORIG_ARGS="$*"
-ALL_PARTS="enqueue drain latency sustained memory databases"
+ALL_PARTS="enqueue capture drain latency sustained memory databases"
 PARTS=()
 QUICK=0
 OUT="$BENCH/results.json"
@@ -206,6 +210,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "nan"; else printf 
 # What each target means; checked against the median.
 TARGETS=$(cat <<'EOF'
 enqueue	stmt_time_ratio	<=	1.2
+capture	stmt_time_ratio	<=	1.5
+capture	pgbench_c1_time_ratio	<=	1.5
 drain	ratio_s1_to_sql	>=	0.7
 drain	ratio_s2_to_sql	>=	0.7
 drain	ratio_s4_to_sql	>=	0.7
@@ -831,6 +837,69 @@ large_payload_memory() { # run
   record memory large_peak_rssanon_mb MB $run "$(calc "$peak_anon / 1024")"
   sql "ALTER SYSTEM RESET outbox.max_message_bytes"
   sql "SELECT pg_reload_conf()" >/dev/null
+}
+
+# ---- part 6: row capture cost ------------------------------------------------
+# Two tables of one definition, given the same rows; capture_captured has
+# the capture trigger (no options: the payload carries all 5 columns).
+capture_tables() {
+  local t
+  sql "CREATE SEQUENCE IF NOT EXISTS capture_id_seq"
+  for t in capture_plain capture_captured; do
+    sql "CREATE TABLE IF NOT EXISTS $t (
+        id         bigint      PRIMARY KEY,
+        customer   text        NOT NULL,
+        amount     numeric     NOT NULL,
+        status     text        NOT NULL,
+        created_at timestamptz NOT NULL)"
+  done
+  sql "CREATE OR REPLACE TRIGGER capture_captured_outbox
+       AFTER INSERT OR UPDATE OR DELETE ON capture_captured
+       FOR EACH ROW EXECUTE FUNCTION outbox_capture('$TOPIC')"
+  cat > "$WORK/sql/capture_plain.sql" <<EOF
+\set i random(1, 1000000)
+INSERT INTO capture_plain VALUES (nextval('capture_id_seq'), 'customer-' || :i, :i / 100.0, 'new', now());
+EOF
+  sed 's/capture_plain/capture_captured/' "$WORK/sql/capture_plain.sql" > "$WORK/sql/capture_captured.sql"
+}
+part_capture() {
+  log "part capture: INSERT with outbox_capture() vs without, $ENQ_N rows in one statement; pgbench 1 and 8 clients, ${PGB_T}s"
+  set_enabled off
+  capture_tables
+  local run kind t c tps f events
+  local -A T TPS
+  for ((run = 1; run <= RUNS; run++)); do
+    # alternate the order, so that neither always runs first
+    local order="captured plain"; [ $((run % 2)) -eq 0 ] && order="plain captured"
+    for kind in $order; do
+      sql "TRUNCATE outbox, capture_plain, capture_captured"; sql "CHECKPOINT"
+      t=$(timed_sql "INSERT INTO capture_$kind SELECT i, 'customer-' || (i % 1000), (i % 100000) / 100.0, 'new', now() FROM generate_series(1, $ENQ_N) i")
+      [ -n "$t" ] || fail "no timing for the $kind statement"
+      if [ $kind = captured ]; then
+        events=$(sql "SELECT count(*) FROM outbox")
+        [ "$events" = "$ENQ_N" ] || fail "the captured statement sent $events events, expected $ENQ_N"
+      fi
+      T[$kind]=$t
+      record capture "stmt_${kind}_ms" ms $run "$t"
+      record capture "stmt_${kind}_rows_per_s" rows/s $run "$(calc "$ENQ_N / ($t / 1000)")"
+    done
+    record capture stmt_time_ratio "captured/plain" $run "$(ratio "${T[captured]}" "${T[plain]}")"
+    for c in 1 8; do
+      for kind in $order; do
+        sql "TRUNCATE outbox, capture_plain, capture_captured"; sql "CHECKPOINT"
+        f=$WORK/pgbench_capture.out
+        "${PGBENCH[@]}" -c $c -j $((c > 1 ? 2 : 1)) -T $PGB_T -f "$WORK/sql/capture_$kind.sql" > "$f" 2>&1 || { cat "$f"; fail "pgbench failed"; }
+        tps=$(pgb_tps "$f"); [ -n "$tps" ] || { cat "$f"; fail "no tps from pgbench"; }
+        TPS[$kind]=$tps
+        record capture "pgbench_c${c}_${kind}_tps" tps $run "$tps"
+      done
+      # time per transaction, captured over plain
+      record capture "pgbench_c${c}_time_ratio" "captured/plain" $run "$(ratio "${TPS[plain]}" "${TPS[captured]}")"
+    done
+  done
+  sql "DROP TABLE capture_plain, capture_captured"
+  sql "DROP SEQUENCE capture_id_seq"
+  sql "TRUNCATE outbox"
 }
 
 # ---- output ------------------------------------------------------------------

@@ -22,6 +22,10 @@ ensure_packages() {
   for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
   done
+  # Node.js for tools/js (kafkajs, the TAP tests' second Kafka client):
+  # Debian's nodejs and npm, unless a node with its npm is there already
+  # (NodeSource's nodejs bundles npm and conflicts with Debian's)
+  command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     [ "$(id -u)" -eq 0 ] || { echo "run as root to install packages" >&2; exit 1; }

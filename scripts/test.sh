@@ -8,6 +8,13 @@ source "$(dirname "$0")/common.sh"
 
 ensure_packages
 build_and_install
+
+# kafkajs and the CloudEvents SDK for t/OutboxTest.pm's consume_js, exactly
+# as tools/js/package-lock.json pins them; again only when the lock changed
+if [ ! "$ROOT/tools/js/node_modules/.package-lock.json" -nt "$ROOT/tools/js/package-lock.json" ]; then
+  log "installing tools/js's packages (npm ci)"
+  (cd "$ROOT/tools/js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
 make_workdir
 
 # PostgreSQL refuses root: run the suites as $RUN_USER on a copy it owns.

@@ -26,7 +26,8 @@ SELECT (SELECT count(*) FROM stored) AS stored, (SELECT count(*) FROM lost) AS l
        (SELECT count(*) FROM added) AS added;
 
 --
--- NULL topic or payload: 22004, for each overload.
+-- NULL topic, or NULL payload without a key: 22004, for each overload (a
+-- NULL payload with a key is a tombstone: see conventions).
 --
 SELECT outbox_send(NULL, '{}'::jsonb);
 \echo :LAST_ERROR_SQLSTATE
@@ -36,9 +37,9 @@ SELECT outbox_send(NULL, '\x00'::bytea);
 \echo :LAST_ERROR_SQLSTATE
 SELECT outbox_send('t', NULL::jsonb);
 \echo :LAST_ERROR_SQLSTATE
-SELECT outbox_send('t', NULL::text, 'k');
+SELECT outbox_send('t', NULL::text);
 \echo :LAST_ERROR_SQLSTATE
-SELECT outbox_send('t', NULL::bytea, '\x01'::bytea, '{}');
+SELECT outbox_send('t', NULL::bytea, NULL, '{}');
 \echo :LAST_ERROR_SQLSTATE
 
 --
@@ -103,8 +104,8 @@ SELECT outbox_send('t', 'x'::text, 'k', '{"outbox-instance": "u"}');
 SELECT (SELECT count(*) FROM lost) AS lost, (SELECT count(*) FROM added) AS added;
 
 --
--- outbox.max_message_bytes bounds the payload (in bytes, jsonb measured in
--- its text form): 54000 above it, accepted at it.
+-- outbox.max_message_bytes bounds the record (here just the payload, in
+-- bytes, jsonb measured in its text form): 54000 above it, accepted at it.
 --
 SET outbox.max_message_bytes = '1kB';
 SHOW outbox.max_message_bytes;

@@ -1,5 +1,55 @@
--- outbox 0.2.0 -> 0.3.0: monitoring
+-- outbox 0.2.0 -> 0.3.0: Kafka conventions (tombstones, content type,
+-- row capture) and monitoring
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.3.0'" to load this file. \quit
+
+-- NULL only with a key: a tombstone (a record with a null value)
+ALTER TABLE @extschema@.outbox ALTER COLUMN payload DROP NOT NULL;
+ALTER TABLE @extschema@.outbox_dead_letter ALTER COLUMN payload DROP NOT NULL;
+-- what outbox_send() was given: 'j' jsonb, 't' text, 'b' bytea (NULL:
+-- sent before 0.3.0); names the content type
+ALTER TABLE @extschema@.outbox ADD COLUMN payload_type "char";
+ALTER TABLE @extschema@.outbox_dead_letter ADD COLUMN payload_type "char";
+
+-- Puts dead letters (all with NULL, or those with the given ids) back into
+-- the outbox with their ids, for delivery from scratch. Returns how many.
+-- The lowest id is registered from the rows actually moved, before the
+-- commit makes them visible, so no worker passes over them.
+-- SECURITY DEFINER: EXECUTE alone lets an operator role use it.
+CREATE OR REPLACE FUNCTION @extschema@.outbox_dead_letter_retry(ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    moved bigint;
+    lowest bigint;
+BEGIN
+    WITH taken AS (
+        DELETE FROM @extschema@.outbox_dead_letter d
+        WHERE ids IS NULL OR d.id = ANY (ids)
+        RETURNING d.*
+    ), put_back AS (
+        INSERT INTO @extschema@.outbox (id, shard, topic, key, payload, headers, created_at,
+                                        payload_type)
+        SELECT t.id, @extschema@.outbox_shard_of(t.key, t.id), t.topic, t.key,
+               t.payload, t.headers, t.created_at, t.payload_type
+        FROM taken t
+        RETURNING id
+    )
+    SELECT count(*), min(id) INTO moved, lowest FROM put_back;
+    PERFORM @extschema@.outbox_prepare_reinsert(lowest);
+    RETURN moved;
+END
+$$;
+
+-- Row capture: a trigger function for AFTER INSERT OR UPDATE OR DELETE
+-- FOR EACH ROW; arguments: topic, [key columns], [options]. See the README.
+CREATE FUNCTION @extschema@.outbox_capture()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_capture'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_capture() FROM PUBLIC;
+
 
 -- ---- Monitoring (0.3.0) ----------------------------------------------------
 -- Statistics live in shared memory, per database and shard: reading them

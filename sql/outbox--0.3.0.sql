@@ -12,13 +12,17 @@ CREATE TABLE @extschema@.outbox (
     shard           integer     NOT NULL,
     topic           text        NOT NULL,
     key             bytea,
-    payload         bytea       NOT NULL,
+    -- NULL only with a key: a tombstone (a record with a null value)
+    payload         bytea,
     headers         jsonb,
     created_at      timestamptz NOT NULL,
     attempts        integer     NOT NULL DEFAULT 0,
     last_error      text,
     last_attempt_at timestamptz,
     next_attempt_at timestamptz,
+    -- what outbox_send() was given: 'j' jsonb, 't' text, 'b' bytea (NULL:
+    -- sent before 0.3.0); names the content type
+    payload_type    "char",
     -- the one index the hot path uses: each worker reads its shard in id order
     CONSTRAINT outbox_pkey PRIMARY KEY (shard, id)
 ) WITH (
@@ -40,12 +44,13 @@ CREATE TABLE @extschema@.outbox_dead_letter (
     id          bigint      PRIMARY KEY,
     topic       text        NOT NULL,
     key         bytea,
-    payload     bytea       NOT NULL,
+    payload     bytea,
     headers     jsonb,
     created_at  timestamptz NOT NULL,
     attempts    integer     NOT NULL,
     last_error  text,
-    failed_at   timestamptz NOT NULL
+    failed_at   timestamptz NOT NULL,
+    payload_type "char"
 );
 
 -- The id space of this outbox's event ids: consumers deduplicate on
@@ -127,9 +132,10 @@ BEGIN
         WHERE ids IS NULL OR d.id = ANY (ids)
         RETURNING d.*
     ), put_back AS (
-        INSERT INTO @extschema@.outbox (id, shard, topic, key, payload, headers, created_at)
+        INSERT INTO @extschema@.outbox (id, shard, topic, key, payload, headers, created_at,
+                                        payload_type)
         SELECT t.id, @extschema@.outbox_shard_of(t.key, t.id), t.topic, t.key,
-               t.payload, t.headers, t.created_at
+               t.payload, t.headers, t.created_at, t.payload_type
         FROM taken t
         RETURNING id
     )
@@ -173,6 +179,14 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_shard_of(bytea, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_dead_letter_retry(bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_dead_letter_purge(interval) FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_instance FROM PUBLIC;
+
+-- Row capture: a trigger function for AFTER INSERT OR UPDATE OR DELETE
+-- FOR EACH ROW; arguments: topic, [key columns], [options]. See the README.
+CREATE FUNCTION @extschema@.outbox_capture()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_capture'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_capture() FROM PUBLIC;
 
 -- ---- Monitoring (0.3.0) ----------------------------------------------------
 -- Statistics live in shared memory, per database and shard: reading them

@@ -128,7 +128,7 @@ prepare_read_plans(const char *s)
 	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
 	const char *read_sql =
-		"SELECT id, topic, key, payload, headers, created_at, ctid FROM %s.outbox o"
+		"SELECT id, topic, key, payload, headers, created_at, ctid, payload_type FROM %s.outbox o"
 		" WHERE shard" EQ "$1 AND id OPERATOR(pg_catalog.>=) $2"
 		" AND id OPERATOR(pg_catalog.<) $4"
 		" AND (next_attempt_at IS NULL"
@@ -206,10 +206,10 @@ prepare_settle_plans(const char *s)
 										 " DELETE FROM %s.outbox WHERE shard" EQ "$1 AND id" EQ "ANY($2)"
 										 " AND attempts OPERATOR(pg_catalog.>=) $3"
 										 " RETURNING id, topic, key, payload, headers, created_at,"
-										 " attempts, last_error)"
+										 " attempts, last_error, payload_type)"
 										 " INSERT INTO %s.outbox_dead_letter"
 										 " (id, topic, key, payload, headers, created_at, attempts,"
-										 " last_error, failed_at)"
+										 " last_error, payload_type, failed_at)"
 										 " SELECT *, pg_catalog.now() FROM moved", s, s),
 								3, dead_args);
 }
@@ -430,13 +430,16 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context)
 		value = SPI_getbinval(row, desc, 3, &event->key_isnull);
 		if (!event->key_isnull)
 			copy_bytes(value, &event->key, &event->keylen);
-		copy_bytes(SPI_getbinval(row, desc, 4, &isnull),
-				   &event->payload, &event->payloadlen);
+		value = SPI_getbinval(row, desc, 4, &event->payload_isnull);
+		if (!event->payload_isnull)
+			copy_bytes(value, &event->payload, &event->payloadlen);
 		value = SPI_getbinval(row, desc, 5, &isnull);
 		if (!isnull)
 			copy_headers(event, DatumGetJsonbP(value));
 		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
 		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
+		value = SPI_getbinval(row, desc, 8, &isnull);
+		event->payload_type = isnull ? 0 : DatumGetChar(value);
 		event->outcome = EVENT_SKIPPED;
 		bytes += event->payloadlen + event->keylen;
 		n++;

@@ -33,7 +33,8 @@
 typedef enum OutboxMessageFormat
 {
 	OUTBOX_FORMAT_ENVELOPE,
-	OUTBOX_FORMAT_PAYLOAD
+	OUTBOX_FORMAT_PAYLOAD,
+	OUTBOX_FORMAT_CLOUDEVENTS
 } OutboxMessageFormat;
 
 /* settings.c */
@@ -54,6 +55,7 @@ extern int	outbox_max_attempts;
 extern int	outbox_shutdown_timeout_ms;
 extern int	outbox_batch_bytes;
 extern int	outbox_lag_warning_ms;
+extern char *outbox_cloudevents_source;
 
 extern void outbox_define_settings(void);
 extern bool outbox_database_allowed(const char *dbname);
@@ -144,6 +146,8 @@ typedef struct OutboxEvent
 	bool		key_isnull;
 	char	   *payload;
 	int			payloadlen;
+	bool		payload_isnull;	/* a tombstone */
+	char		payload_type;	/* what outbox_send() was given, 0 if unknown */
 	int			nheaders;
 	char	  **header_names;
 	char	  **header_values;
@@ -186,10 +190,10 @@ typedef struct OutboxProducer OutboxProducer;
 extern OutboxProducer *outbox_producer_create(const char *name,
 											  const char *client_id, char **error);
 extern void outbox_producer_destroy(OutboxProducer *producer);
+struct OutboxRecord;
 extern bool outbox_producer_produce(OutboxProducer *producer,
 									OutboxBatch *batch, OutboxEvent *event,
-									const char *instance,
-									const void *value, size_t valuelen);
+									const struct OutboxRecord *record);
 extern void outbox_producer_serve(OutboxProducer *producer, int timeout_ms);
 extern void outbox_producer_purge(OutboxProducer *producer);
 extern bool outbox_producer_is_fatal(OutboxProducer *producer);

@@ -9,7 +9,7 @@
  * reports reach us only through rd_kafka_poll/flush on this thread (log
  * queue), and the callbacks only record what happened: they never ereport.
  */
-#include "outbox.h"
+#include "message.h"
 
 #include <librdkafka/rdkafka.h>
 
@@ -311,17 +311,13 @@ outbox_producer_destroy(OutboxProducer *producer)
 }
 
 static rd_kafka_headers_t *
-build_headers(const OutboxEvent *event, const char *instance)
+build_headers(const OutboxRecord *record)
 {
-	rd_kafka_headers_t *headers = rd_kafka_headers_new(event->nheaders + 2);
-	char		id[32];
+	rd_kafka_headers_t *headers = rd_kafka_headers_new(record->nheaders);
 
-	for (int i = 0; i < event->nheaders; i++)
-		rd_kafka_header_add(headers, event->header_names[i], -1,
-							event->header_values[i], -1);
-	snprintf(id, sizeof(id), INT64_FORMAT, event->id);
-	rd_kafka_header_add(headers, OUTBOX_ID_HEADER, -1, id, -1);
-	rd_kafka_header_add(headers, OUTBOX_INSTANCE_HEADER, -1, instance, -1);
+	for (int i = 0; i < record->nheaders; i++)
+		rd_kafka_header_add(headers, record->headers[i].name, -1,
+							record->headers[i].value, -1);
 	return headers;
 }
 
@@ -333,22 +329,21 @@ build_headers(const OutboxEvent *event, const char *instance)
  */
 bool
 outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
-						OutboxEvent *event, const char *instance,
-						const void *value, size_t valuelen)
+						OutboxEvent *event, const OutboxRecord *record)
 {
 	rd_kafka_resp_err_t err;
 
 	producer->batch = batch;
 	for (;;)
 	{
-		rd_kafka_headers_t *headers = build_headers(event, instance);
+		rd_kafka_headers_t *headers = build_headers(record);
 
 		err = rd_kafka_producev(producer->rk,
-								RD_KAFKA_V_TOPIC(event->topic),
-								RD_KAFKA_V_KEY(event->key_isnull ? NULL : event->key,
-											   event->key_isnull ? 0 : (size_t) event->keylen),
-								RD_KAFKA_V_VALUE((void *) value, valuelen),
+								RD_KAFKA_V_TOPIC(record->topic),
+								RD_KAFKA_V_KEY(record->key, record->keylen),
+								RD_KAFKA_V_VALUE((void *) record->value, record->valuelen),
 								RD_KAFKA_V_MSGFLAGS(0),
+								RD_KAFKA_V_TIMESTAMP(record->timestamp_ms),
 								RD_KAFKA_V_HEADERS(headers),
 								RD_KAFKA_V_OPAQUE(event),
 								RD_KAFKA_V_END);

@@ -9,7 +9,8 @@
  * plain INSERT, and it lets an application role call outbox_send() without
  * any privilege on the table itself.
  */
-#include "outbox.h"
+#include "send.h"
+#include "tracing.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -46,7 +47,7 @@ enum
 {
 	COL_ID, COL_SHARD, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS,
 	COL_CREATED_AT, COL_ATTEMPTS, COL_LAST_ERROR, COL_LAST_ATTEMPT_AT,
-	COL_NEXT_ATTEMPT_AT, OUTBOX_NCOLUMNS
+	COL_NEXT_ATTEMPT_AT, COL_PAYLOAD_TYPE, OUTBOX_NCOLUMNS
 };
 
 /* What this transaction has sent, for the commit callback. */
@@ -96,10 +97,29 @@ is_header(const JsonbValue *key, const char *name)
 		strncmp(key->val.string.val, name, key->val.string.len) == 0;
 }
 
-/* Headers must be a flat JSON object of strings, without our own names. */
-static void
+/* The CloudEvents attributes the workers set in cloudevents format. */
+static bool
+is_cloudevents_attribute(const JsonbValue *key)
+{
+	static const char *const attributes[] = {
+		"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time"
+	};
+
+	for (size_t i = 0; i < lengthof(attributes); i++)
+		if (is_header(key, attributes[i]))
+			return true;
+	return false;
+}
+
+/*
+ * Headers must be a flat JSON object of strings, without our own names.
+ * Returns the bytes of their names and values.
+ */
+static Size
 check_headers(Jsonb *headers)
 {
+	Size		bytes = 0;
+
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken token;
@@ -112,6 +132,14 @@ check_headers(Jsonb *headers)
 	it = JsonbIteratorInit(&headers->root);
 	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
+		if (token == WJB_KEY || (token == WJB_VALUE && v.type == jbvString))
+			bytes += v.val.string.len;
+		if (token == WJB_KEY && is_cloudevents_attribute(&v))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox header \"%.*s\" is reserved",
+							v.val.string.len, v.val.string.val),
+					 errdetail("In outbox.message_format = 'cloudevents' the workers set the CloudEvents attributes; the \"type\" header sets ce_type.")));
 		if (token == WJB_KEY &&
 			(is_header(&v, OUTBOX_ID_HEADER) || is_header(&v, OUTBOX_INSTANCE_HEADER)))
 			ereport(ERROR,
@@ -129,16 +157,26 @@ check_headers(Jsonb *headers)
 							   v.type == jbvNumeric ? "number" :
 							   v.type == jbvBool ? "boolean" : "null")));
 	}
+	return bytes;
 }
 
+/*
+ * The record Kafka gets must fit its limit: the payload, and the key and
+ * headers twice (the envelope repeats them). The workers' own headers and
+ * envelope fields fit in the margin the producer adds (see producer.c).
+ */
 static void
-check_payload_size(Size len)
+check_record_size(Size payload, Size key, Size headers)
 {
-	if (len > (Size) outbox_max_message_bytes)
+	Size		record = payload + 2 * (key + headers);
+
+	if (record > (Size) outbox_max_message_bytes)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("outbox payload is %zu bytes, more than outbox.max_message_bytes (%d)",
-						len, outbox_max_message_bytes)));
+				 errmsg("outbox event is %zu bytes, more than outbox.max_message_bytes (%d)",
+						record, outbox_max_message_bytes),
+				 errdetail("Payload %zu bytes, key %zu and headers %zu bytes, the last two counted twice: the envelope repeats them.",
+						   payload, key, headers)));
 }
 
 static int
@@ -193,6 +231,7 @@ typedef struct SendRelations
 	Oid			sequence;
 	bool		examined;		/* the checks below hold for the locked table */
 	bool		pristine;		/* only its own indexes, no triggers or checks */
+	bool		before_0_3;		/* no payload_type yet: ALTER EXTENSION pending */
 	IndexInfo  *index_info;		/* of the primary key, for the direct insert */
 } SendRelations;
 
@@ -248,14 +287,19 @@ check_columns(Relation rel)
 {
 	static const Oid types[OUTBOX_NCOLUMNS] = {
 		INT8OID, INT4OID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID,
-		TIMESTAMPTZOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+		TIMESTAMPTZOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, CHAROID
 	};
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (desc->natts != OUTBOX_NCOLUMNS)
+	/*
+	 * Between the new library's start and ALTER EXTENSION outbox UPDATE,
+	 * the table has the columns of before 0.3.0: sending goes on.
+	 */
+	relations.before_0_3 = (desc->natts == COL_PAYLOAD_TYPE);
+	if (desc->natts != OUTBOX_NCOLUMNS && !relations.before_0_3)
 		refuse_shape(rel, psprintf("it has %d columns, expected %d",
 								   desc->natts, OUTBOX_NCOLUMNS));
-	for (int i = 0; i < OUTBOX_NCOLUMNS; i++)
+	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute attr = TupleDescAttr(desc, i);
 
@@ -425,7 +469,7 @@ insert_through_executor(Relation rel, HeapTuple tuple)
 }
 
 static int64
-insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
+insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_type,
 			 const char *key, int keylen, bool key_isnull, Jsonb *headers)
 {
 	Relation	rel = open_outbox(fcinfo);
@@ -435,6 +479,11 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 	int64		id;
 	int			shard;
 
+	if (payload == NULL && relations.before_0_3)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a tombstone (NULL payload) needs version 0.3.0 of extension \"outbox\""),
+				 errhint("Run ALTER EXTENSION outbox UPDATE.")));
 	id = outbox_next_id_registered(relations.sequence);
 	shard = shard_for(key, keylen, key_isnull, id, outbox_shards);
 
@@ -453,6 +502,8 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 		values[COL_KEY] = PointerGetDatum(keydatum);
 	}
 	values[COL_PAYLOAD] = PointerGetDatum(payload);
+	nulls[COL_PAYLOAD] = (payload == NULL);
+	values[COL_PAYLOAD_TYPE] = CharGetDatum(payload_type);
 	values[COL_HEADERS] = PointerGetDatum(headers);
 	nulls[COL_HEADERS] = (headers == NULL);
 	values[COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
@@ -474,33 +525,32 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload,
 	return id;
 }
 
-/*
- * The checks every variant shares: the transaction may write, the topic
- * and headers are valid. The payload and key were read by the caller.
- */
-static void
-check_common(FunctionCallInfo fcinfo, text **topic, Jsonb **headers)
+int64
+outbox_send_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_type,
+				  const char *key, int keylen, bool key_isnull, Jsonb *headers)
 {
+	Size		header_bytes = 0;
+
 	PreventCommandIfReadOnly("outbox_send()");
 	PreventCommandDuringRecovery("outbox_send()");
-
-	if (PG_ARGISNULL(0))
+	if (topic == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("outbox topic must not be NULL")));
-	*topic = PG_GETARG_TEXT_PP(0);
-	check_topic(*topic);
-
-	if (PG_ARGISNULL(1))
+	check_topic(topic);
+	if (payload == NULL && key_isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("outbox payload must not be NULL")));
-
-	*headers = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
-	if (*headers != NULL)
-		check_headers(*headers);
-
+				 errmsg("outbox payload must not be NULL"),
+				 errhint("A NULL payload is a tombstone, which needs a key.")));
+	headers = outbox_add_trace_context(headers);
+	if (headers != NULL)
+		header_bytes = check_headers(headers);
+	check_record_size(payload ? VARSIZE_ANY_EXHDR(payload) : 0, key_isnull ? 0 : keylen,
+					  header_bytes);
 	warn_if_not_delivered();
+	return insert_event(fcinfo, topic, payload, payload_type, key, keylen, key_isnull,
+						headers);
 }
 
 static bytea *
@@ -513,62 +563,47 @@ bytes_to_bytea(const char *data, Size len)
 	return result;
 }
 
+#define ARG_TEXT_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : PG_GETARG_TEXT_PP(n))
+#define ARG_JSONB_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : PG_GETARG_JSONB_P(n))
+
+/* The key of the text and jsonb variants; the bytea variant's is bytea. */
+#define SEND_WITH_KEY(payload, type, key) \
+	outbox_send_event(fcinfo, ARG_TEXT_OR_NULL(0), (payload), (type), \
+					  (key) ? VARDATA_ANY(key) : NULL, (key) ? VARSIZE_ANY_EXHDR(key) : 0, \
+					  (key) == NULL, ARG_JSONB_OR_NULL(3))
+
 Datum
 outbox_send_jsonb(PG_FUNCTION_ARGS)
 {
-	text	   *topic;
-	Jsonb	   *headers;
-	Jsonb	   *payload;
-	char	   *json;
-	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	text	   *key = ARG_TEXT_OR_NULL(2);
+	bytea	   *payload = NULL;
 
-	check_common(fcinfo, &topic, &headers);
-	payload = PG_GETARG_JSONB_P(1);
-	json = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
-	check_payload_size(strlen(json));
+	if (!PG_ARGISNULL(1))
+	{
+		Jsonb	   *json = PG_GETARG_JSONB_P(1);
+		char	   *text = JsonbToCString(NULL, &json->root, VARSIZE(json));
 
-	PG_RETURN_INT64(insert_event(fcinfo, topic,
-								 bytes_to_bytea(json, strlen(json)),
-								 key ? VARDATA_ANY(key) : NULL,
-								 key ? VARSIZE_ANY_EXHDR(key) : 0,
-								 key == NULL, headers));
+		payload = bytes_to_bytea(text, strlen(text));
+	}
+	PG_RETURN_INT64(SEND_WITH_KEY(payload, OUTBOX_PAYLOAD_JSON, key));
 }
 
 Datum
 outbox_send_text(PG_FUNCTION_ARGS)
 {
-	text	   *topic;
-	Jsonb	   *headers;
-	text	   *payload;
-	text	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
-
-	check_common(fcinfo, &topic, &headers);
-	payload = PG_GETARG_TEXT_PP(1);
-	check_payload_size(VARSIZE_ANY_EXHDR(payload));
+	text	   *key = ARG_TEXT_OR_NULL(2);
 
 	/* text and bytea share one representation: store it as it came */
-	PG_RETURN_INT64(insert_event(fcinfo, topic, (bytea *) payload,
-								 key ? VARDATA_ANY(key) : NULL,
-								 key ? VARSIZE_ANY_EXHDR(key) : 0,
-								 key == NULL, headers));
+	PG_RETURN_INT64(SEND_WITH_KEY((bytea *) ARG_TEXT_OR_NULL(1), OUTBOX_PAYLOAD_TEXT, key));
 }
 
 Datum
 outbox_send_bytea(PG_FUNCTION_ARGS)
 {
-	text	   *topic;
-	Jsonb	   *headers;
-	bytea	   *payload;
 	bytea	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_BYTEA_PP(2);
 
-	check_common(fcinfo, &topic, &headers);
-	payload = PG_GETARG_BYTEA_PP(1);
-	check_payload_size(VARSIZE_ANY_EXHDR(payload));
-
-	PG_RETURN_INT64(insert_event(fcinfo, topic, payload,
-								 key ? VARDATA_ANY(key) : NULL,
-								 key ? VARSIZE_ANY_EXHDR(key) : 0,
-								 key == NULL, headers));
+	PG_RETURN_INT64(SEND_WITH_KEY(PG_ARGISNULL(1) ? NULL : PG_GETARG_BYTEA_PP(1),
+								  OUTBOX_PAYLOAD_BYTES, key));
 }
 
 /* The shard an event belongs to under the current outbox.shards. */

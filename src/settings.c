@@ -4,6 +4,7 @@
  *		bad value when it is set or reloaded rather than later in a worker.
  */
 #include "outbox.h"
+#include "tracing.h"
 
 #include <librdkafka/rdkafka.h>
 
@@ -28,10 +29,12 @@ int			outbox_max_attempts = 10;
 int			outbox_shutdown_timeout_ms = 5000;
 int			outbox_batch_bytes = 64 * 1024 * 1024;
 int			outbox_lag_warning_ms = 60 * 1000;
+char	   *outbox_cloudevents_source = NULL;
 
 static const struct config_enum_entry message_format_options[] = {
 	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
 	{"payload", OUTBOX_FORMAT_PAYLOAD, false},
+	{"cloudevents", OUTBOX_FORMAT_CLOUDEVENTS, false},
 	{NULL, 0, false}
 };
 
@@ -333,6 +336,12 @@ void
 outbox_define_settings(void)
 {
 	define_startup_settings();
+	outbox_define_tracing_settings();
+	DefineCustomStringVariable("outbox.cloudevents_source",
+							   "CloudEvents source attribute (ce_source) of the events.",
+							   "Empty: /postgresql/<database>.",
+							   &outbox_cloudevents_source, "", PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
 	DefineCustomStringVariable("outbox.databases",
 							   "Databases whose outbox is delivered: '*' for every database that has the extension, or names separated by commas.",
 							   NULL, &outbox_databases, "*",
@@ -360,7 +369,7 @@ outbox_define_settings(void)
 							1, 1000000000,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomEnumVariable("outbox.message_format",
-							 "Kafka message value: the protobuf envelope or the raw payload.",
+							 "Kafka message value: the protobuf envelope, the raw payload, or CloudEvents (binary mode).",
 							 NULL, &outbox_message_format, OUTBOX_FORMAT_ENVELOPE,
 							 message_format_options,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);

@@ -9,7 +9,7 @@
  * or Kafka is unreachable; an error in a pass is logged and the pass is
  * retried after a back-off, so the worker never crash-loops.
  */
-#include "outbox.h"
+#include "message.h"
 #include "stats.h"
 
 #include <ctype.h>
@@ -197,27 +197,6 @@ ensure_producer(WorkerState *st)
 	return true;
 }
 
-/*
- * The Kafka value of an event, in the batch's memory: librdkafka sends it
- * without a copy of its own, so it must live until the report is served.
- */
-static const void *
-message_value(OutboxEvent *event, size_t *len)
-{
-	void	   *value;
-
-	if (outbox_message_format != OUTBOX_FORMAT_ENVELOPE)
-	{
-		*len = event->payloadlen;
-		return event->payload;
-	}
-	value = outbox_envelope_encode_copy(event, outbox_instance_id(), len);
-	/* the envelope holds the payload now: keep the batch's bytes at one copy */
-	pfree(event->payload);
-	event->payload = NULL;
-	return value;
-}
-
 /* Produces the batch in id order; a key refused at once holds its rest. */
 static void
 produce_batch(WorkerState *st, OutboxBatch *batch)
@@ -228,8 +207,7 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 	for (int i = 0; i < batch->nevents; i++)
 	{
 		OutboxEvent *event = &batch->events[i];
-		const void *value;
-		size_t		len;
+		OutboxRecord record;
 		bool		held = false;
 
 		for (int r = 0; r < nrefused && !event->key_isnull; r++)
@@ -243,9 +221,8 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		if (held)
 			continue;
 
-		value = message_value(event, &len);
-		if (!outbox_producer_produce(st->producer, batch, event,
-									 outbox_instance_id(), value, len))
+		outbox_message_build(event, outbox_instance_id(), &record);
+		if (!outbox_producer_produce(st->producer, batch, event, &record))
 			refused[nrefused++] = i;
 	}
 }
@@ -268,6 +245,15 @@ abandon_reports(WorkerState *st, OutboxBatch *batch)
 		batch->events[i].error = "no delivery report before the producer was stopped";
 	}
 	batch->in_flight = 0;
+}
+
+/* The state to show: "otherwise", unless the producer finds Kafka down. */
+static OutboxShardState
+kafka_state(WorkerState *st, OutboxShardState otherwise)
+{
+	if (st->producer != NULL && outbox_producer_kafka_down(st->producer))
+		return SHARD_WAITING_FOR_KAFKA;
+	return otherwise;
 }
 
 /* The lowest id the worker may still have to deliver. */
@@ -328,8 +314,7 @@ wait_for_reports(WorkerState *st, OutboxBatch *batch)
 		if (ConfigReloadPending)
 			reload_settings(st);
 		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
-		outbox_stats_set_state(outbox_producer_kafka_down(st->producer) ?
-							   SHARD_WAITING_FOR_KAFKA : SHARD_DELIVERING);
+		outbox_stats_set_state(kafka_state(st, SHARD_DELIVERING));
 		look_around(st);
 	}
 	if (batch->in_flight > 0)
@@ -590,12 +575,13 @@ deliver_step(WorkerState *st)
 	}
 	if (done == NULL)
 	{
-		if (next == NULL || next->nevents == 0)
+		/* without a producer (a settle retried after it was dropped), the
+		 * next pass makes one before anything is produced */
+		if (next == NULL || next->nevents == 0 || st->producer == NULL)
 		{
-			if (next != NULL)
+			if (next != NULL && next->nevents == 0)
 				take_in_read(st, next);
-			outbox_stats_set_state(outbox_producer_kafka_down(st->producer) ?
-								   SHARD_WAITING_FOR_KAFKA : SHARD_IDLE);
+			outbox_stats_set_state(kafka_state(st, SHARD_IDLE));
 			return outbox_poll_interval_ms;
 		}
 		start_batch(st, next);
@@ -834,7 +820,7 @@ connect_to_database(WorkerState *st)
 	for (char *c = client_id; *c; c++)
 		if (!isalnum((unsigned char) *c) && *c != '-' && *c != '.' && *c != '_')
 			*c = '_';
-	outbox_envelope_init(database_name);
+	outbox_message_init(database_name);
 	exit_unless_extension(st, outbox_extension_exists());
 }
 

@@ -12,6 +12,7 @@ use Cwd qw(abs_path);
 use Exporter qw(import);
 use File::Basename qw(dirname);
 use IPC::Run;
+use JSON::PP ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -20,7 +21,8 @@ use Time::HiRes ();
 our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
-  worker_pids start_locker release_locker reload_with pause_delivery);
+  worker_pids start_locker release_locker reload_with pause_delivery
+  consume_js);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -326,6 +328,25 @@ sub consume
 		push @messages, { partition => $p, offset => $o, key => $k, value => $v,
 			headers => \%headers, id => $headers{'outbox-id'} };
 	}
+	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @messages ];
+}
+
+# The same, read by a second, independent client: kafkajs, each message
+# parsed by the CloudEvents SDK's Kafka binding (tools/js/consume.js; its
+# node_modules come from scripts/test.sh's npm ci). Stops once every
+# partition reached the high watermark it had at the start:
+# [{partition, offset, key, value, headers => {..}, timestamp,
+#   cloudevent => {specversion, id, source, type, time, data, ...} or undef,
+#   cloudevent_error}], key and value undef when null.
+sub consume_js
+{
+	my ($broker, $topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', "$root/tools/js/consume.js", $broker->bootstrap, $topic ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "consume.js failed: $err";
+	note("consume.js: $err") if length $err;
+	my @messages = map { JSON::PP::decode_json($_) } grep { length } split /\n/, $out;
 	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @messages ];
 }
 

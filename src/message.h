@@ -1,0 +1,38 @@
+/*
+ * message.h
+ *		The Kafka record an event becomes, in the configured format.
+ */
+#ifndef OUTBOX_MESSAGE_H
+#define OUTBOX_MESSAGE_H
+
+#include "outbox.h"
+
+typedef struct OutboxHeader
+{
+	const char *name;
+	const char *value;
+} OutboxHeader;
+
+typedef struct OutboxRecord
+{
+	const char *topic;
+	const char *key;			/* NULL: no key */
+	size_t		keylen;
+	const void *value;			/* NULL: a tombstone */
+	size_t		valuelen;
+	int			nheaders;
+	OutboxHeader *headers;
+	int64		timestamp_ms;	/* CreateTime: the event's created_at */
+} OutboxRecord;
+
+extern void outbox_message_init(const char *database);
+
+/*
+ * Builds the record of an event, in the current memory context (the
+ * batch's): librdkafka sends the value without a copy of its own, so it
+ * must live until the event's delivery report was served.
+ */
+extern void outbox_message_build(OutboxEvent *event, const char *instance,
+								 OutboxRecord *record);
+
+#endif							/* OUTBOX_MESSAGE_H */

@@ -1,0 +1,27 @@
+/*
+ * send.h
+ *		The one way an event enters the outbox, for outbox_send() and the
+ *		row-capture trigger: every check where the event enters, then the
+ *		insert in the caller's transaction.
+ */
+#ifndef OUTBOX_SEND_H
+#define OUTBOX_SEND_H
+
+#include "outbox.h"
+
+/* What the payload was given as; names its content type. */
+#define OUTBOX_PAYLOAD_JSON 'j'
+#define OUTBOX_PAYLOAD_TEXT 't'
+#define OUTBOX_PAYLOAD_BYTES 'b'
+
+/*
+ * Stores one event. fcinfo is the calling SQL function's: the outbox of its
+ * schema is used. payload may be NULL only with a key (a tombstone);
+ * headers may be NULL.
+ */
+extern int64 outbox_send_event(FunctionCallInfo fcinfo, text *topic,
+							   bytea *payload, char payload_type,
+							   const char *key, int keylen, bool key_isnull,
+							   Jsonb *headers);
+
+#endif							/* OUTBOX_SEND_H */
