@@ -411,6 +411,14 @@ RESET ROLE;
 SELECT topic, key, payload -> 'after' AS after FROM sent;
 
 --
+-- The backend's cache of resolved triggers: an entry per trigger used,
+-- gone at the end of the transaction that dropped the trigger or its
+-- table.
+--
+SELECT count(*) > 0 AS cached FROM pg_backend_memory_contexts
+WHERE name = 'outbox capture trigger';
+
+--
 -- Clean up: the next test starts without the extension.
 --
 DROP TABLE priv;
@@ -418,6 +426,8 @@ DROP TABLE order_lines, kinds, accounts, audit_log, deferred_pk, customers, meas
 DROP VIEW misuse_view;
 DROP TABLE misuse;
 DROP SCHEMA store CASCADE;
+SELECT count(*) AS cached FROM pg_backend_memory_contexts
+WHERE name = 'outbox capture trigger';
 DROP TYPE pair;
 DROP DOMAIN positive;
 DROP TYPE mood;

@@ -21,14 +21,16 @@
  * A captured INSERT must cost little more than the INSERT itself. So the
  * arguments are parsed, and the columns, their output functions and the
  * fixed parts of the JSON resolved, once per trigger and backend, not per
- * row or statement; the cache is dropped when the table's relcache entry
- * is invalidated (any DDL on it, its triggers or its indexes). The JSON is
- * written straight into the payload's buffer.
+ * row or statement; an entry is resolved again after an invalidation of
+ * its table's relcache entry (any DDL on the table, its triggers or its
+ * indexes) or of a schema. The JSON is written straight into the
+ * payload's buffer, with each column type's output function.
  */
 #include "send.h"
 
 #include "access/htup_details.h"
 #include "access/transam.h"
+#include "access/xact.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -126,12 +128,24 @@ typedef struct CaptureOptions
 
 static HTAB *capture_triggers = NULL;
 
+/*
+ * The memory of entries replaced or forgotten during a transaction, freed
+ * when it ends: a call of outbox_capture() works on a copy of its entry
+ * whose pointers must stay good until it returns, and it may be a nested
+ * one (a cast to json, or a trigger on the outbox, writing a captured
+ * table) while an outer call is building its event.
+ */
+static MemoryContext retired_context = NULL;
+static bool have_retired = false;
+static bool have_invalid = false;
+
 /* ---- the cache --------------------------------------------------------- */
 
 /*
- * Invalidation callbacks only mark entries: one may be in use when
- * invalidations are processed (a catalog lookup in an output function, the
- * outbox's lock). An entry is rebuilt when it is next looked up.
+ * Invalidation callbacks only mark entries (they run whenever invalidations
+ * are processed: in a catalog lookup of an output function, when the
+ * outbox is locked). An entry is resolved again when it is next looked up,
+ * or removed when the transaction ends (its trigger may be gone).
  */
 static void
 forget_table(Datum arg, Oid relid)
@@ -142,7 +156,10 @@ forget_table(Datum arg, Oid relid)
 	hash_seq_init(&status, capture_triggers);
 	while ((entry = hash_seq_search(&status)) != NULL)
 		if (relid == InvalidOid || entry->relid == relid)
+		{
 			entry->valid = false;
+			have_invalid = true;
+		}
 }
 
 /* ALTER SCHEMA ... RENAME changes the payload's "schema" and no relcache entry. */
@@ -150,6 +167,31 @@ static void
 forget_all(Datum arg, int cacheid, uint32 hashvalue)
 {
 	forget_table(arg, InvalidOid);
+}
+
+/* At the end of a transaction no call is running: free what was retired. */
+static void
+release_retired(XactEvent event, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	CaptureTrigger *entry;
+
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		event != XACT_EVENT_PREPARE)
+		return;
+	if (have_retired)
+		MemoryContextDeleteChildren(retired_context);
+	if (have_invalid)
+	{
+		hash_seq_init(&status, capture_triggers);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			if (!entry->valid)
+			{
+				MemoryContextDelete(entry->context);
+				hash_search(capture_triggers, &entry->trigger, HASH_REMOVE, NULL);
+			}
+	}
+	have_retired = have_invalid = false;
 }
 
 static void
@@ -162,8 +204,11 @@ create_cache(void)
 	ctl.hcxt = CacheMemoryContext;
 	capture_triggers = hash_create("outbox capture triggers", 16, &ctl,
 								   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	retired_context = AllocSetContextCreate(CacheMemoryContext, "outbox capture retired",
+											ALLOCSET_SMALL_SIZES);
 	CacheRegisterRelcacheCallback(forget_table, (Datum) 0);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, forget_all, (Datum) 0);
+	RegisterXactCallback(release_retired, NULL);
 }
 
 /* ---- misuse ------------------------------------------------------------ */
@@ -564,13 +609,15 @@ resolve_trigger(TriggerData *trigdata, CaptureTrigger *entry)
 	entry->valid = true;
 }
 
-/* The trigger's resolved entry, from the cache or resolved now. */
-static CaptureTrigger *
-capture_trigger(TriggerData *trigdata)
+/*
+ * The trigger's resolved entry, from the cache or resolved now, copied
+ * into *trig: what it points to stays until the transaction ends at least.
+ */
+static void
+capture_trigger(TriggerData *trigdata, CaptureTrigger *trig)
 {
 	Oid			trigger = trigdata->tg_trigger->tgoid;
 	CaptureTrigger *entry;
-	CaptureTrigger resolved;
 	bool		found;
 
 	if (capture_triggers == NULL)
@@ -579,15 +626,20 @@ capture_trigger(TriggerData *trigdata)
 	if (entry != NULL && entry->valid &&
 		entry->relid == RelationGetRelid(trigdata->tg_relation) &&
 		entry->natts == RelationGetDescr(trigdata->tg_relation)->natts)
-		return entry;
+	{
+		*trig = *entry;
+		return;
+	}
 
-	resolve_trigger(trigdata, &resolved);
+	resolve_trigger(trigdata, trig);
 	entry = hash_search(capture_triggers, &trigger, HASH_ENTER, &found);
 	if (found)
-		MemoryContextDelete(entry->context);
-	*entry = resolved;
+	{
+		MemoryContextSetParent(entry->context, retired_context);
+		have_retired = true;
+	}
+	*entry = *trig;
 	MemoryContextSetParent(entry->context, CacheMemoryContext);
-	return entry;
 }
 
 /* ---- the event --------------------------------------------------------- */
@@ -748,33 +800,10 @@ row_unchanged(CaptureTrigger *entry, TupleTableSlot *old, TupleTableSlot *new)
 	return true;
 }
 
-/*
- * One event, built in the per-row context with its own copies of what it
- * takes from the cache: sending takes locks, which may process an
- * invalidation that makes the entry be resolved again.
- */
-typedef struct CaptureEvent
-{
-	text	   *topic;
-	bytea	   *payload;
-	StringInfoData key;
-	Jsonb	   *headers;
-	bool		tombstone;		/* send a tombstone after it */
-} CaptureEvent;
-
-static void *
-copy_varlena(const void *value)
-{
-	Size		size = VARSIZE(value);
-	void	   *copy = palloc(size);
-
-	memcpy(copy, value, size);
-	return copy;
-}
-
-static void
-build_event(CaptureEvent *event, CaptureTrigger *entry, int op,
-			TupleTableSlot *before, TupleTableSlot *after)
+/* The payload, and the key into *key. */
+static bytea *
+build_event(CaptureTrigger *entry, int op, TupleTableSlot *before,
+			TupleTableSlot *after, StringInfo key)
 {
 	TupleTableSlot *keyed = (op == OP_DELETE) ? before : after;
 	StringInfoData payload;
@@ -800,12 +829,9 @@ build_event(CaptureEvent *event, CaptureTrigger *entry, int op,
 		appendStringInfoString(&payload, "null");
 	appendStringInfoChar(&payload, '}');
 
-	build_key(&event->key, entry, keyed, &payload, starts, ends);
+	build_key(key, entry, keyed, &payload, starts, ends);
 	SET_VARSIZE(payload.data, payload.len);
-	event->payload = (bytea *) payload.data;
-	event->topic = copy_varlena(entry->topic);
-	event->headers = copy_varlena(entry->headers[op]);
-	event->tombstone = (op == OP_DELETE && entry->tombstone_on_delete);
+	return (bytea *) payload.data;
 }
 
 /*
@@ -828,10 +854,11 @@ outbox_capture(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	ErrorContextCallback errcallback;
-	CaptureTrigger *entry;
-	CaptureEvent event;
+	CaptureTrigger trig;
 	TupleTableSlot *before = NULL;
 	TupleTableSlot *after = NULL;
+	bytea	   *payload;
+	StringInfoData key;
 	int			op;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
@@ -839,7 +866,7 @@ outbox_capture(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("outbox_capture() was not called by a trigger")));
 	check_trigger_event(trigdata);
-	entry = capture_trigger(trigdata);
+	capture_trigger(trigdata, &trig);
 
 	errcallback.callback = capture_error_context;
 	errcallback.arg = trigdata;
@@ -863,23 +890,20 @@ outbox_capture(PG_FUNCTION_ARGS)
 		before = trigdata->tg_trigslot;
 	}
 	if (before != NULL)
-		slot_getsomeattrs(before, entry->last_attnum);
+		slot_getsomeattrs(before, trig.last_attnum);
 	if (after != NULL)
-		slot_getsomeattrs(after, entry->last_attnum);
+		slot_getsomeattrs(after, trig.last_attnum);
 
-	if (op == OP_UPDATE && entry->skip_unchanged && row_unchanged(entry, before, after))
+	if (!(op == OP_UPDATE && trig.skip_unchanged && row_unchanged(&trig, before, after)))
 	{
-		error_context_stack = errcallback.previous;
-		return PointerGetDatum(NULL);
+		payload = build_event(&trig, op, before, after, &key);
+		outbox_send_event(fcinfo, trig.topic, payload, OUTBOX_PAYLOAD_JSON,
+						  key.data, key.len, false, trig.headers[op]);
+		/* a record with a null value after the delete: compaction drops the key */
+		if (op == OP_DELETE && trig.tombstone_on_delete)
+			outbox_send_event(fcinfo, trig.topic, NULL, OUTBOX_PAYLOAD_JSON,
+							  key.data, key.len, false, trig.headers[op]);
 	}
-
-	build_event(&event, entry, op, before, after);
-	outbox_send_event(fcinfo, event.topic, event.payload, OUTBOX_PAYLOAD_JSON,
-					  event.key.data, event.key.len, false, event.headers);
-	/* a record with a null value, after the delete: compaction drops the key */
-	if (event.tombstone)
-		outbox_send_event(fcinfo, event.topic, NULL, OUTBOX_PAYLOAD_JSON,
-						  event.key.data, event.key.len, false, event.headers);
 
 	error_context_stack = errcallback.previous;
 	return PointerGetDatum(NULL);
