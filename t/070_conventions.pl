@@ -46,7 +46,7 @@ sub by_key { my ($records, $key) = @_; return [ grep { $_->{key} eq $key } @$rec
 # ---- payload format ------------------------------------------------------
 # created_at is the transaction's start: now() in the same transaction
 my $created_ms = sql(q{BEGIN;
-	SELECT (extract(epoch FROM now()) * 1000)::bigint;
+	SELECT floor(extract(epoch FROM now()) * 1000)::bigint;
 	SELECT outbox_send('conv', '{"n": 1}'::jsonb, 'json', '{"type": "t.created"}');
 	COMMIT;});
 ($created_ms) = split /\n/, $created_ms;
