@@ -51,6 +51,7 @@ struct OutboxProducer
 	int			nstatistics;
 	/* what the statistics said of each broker, rtt as last measured */
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
+	bool		broker_was_up[OUTBOX_MAX_BROKERS];
 	int			nbrokers;
 };
 
@@ -474,6 +475,7 @@ known_broker(OutboxProducer *producer, const char *name)
 	if (producer->nbrokers == OUTBOX_MAX_BROKERS)
 		return NULL;
 	memset(&producer->brokers[producer->nbrokers], 0, sizeof(OutboxBrokerInfo));
+	producer->broker_was_up[producer->nbrokers] = false;
 	strlcpy(producer->brokers[producer->nbrokers].name, name, sizeof(producer->brokers[0].name));
 	return &producer->brokers[producer->nbrokers++];
 }
@@ -498,6 +500,8 @@ take_in_broker(OutboxProducer *producer, JsonbContainer *broker)
 	if (info == NULL)
 		return;
 	json_text(broker, "state", info->state, sizeof(info->state));
+	if (strcmp(info->state, "UP") == 0)
+		producer->broker_was_up[info - producer->brokers] = true;
 	info->in_flight = (int64) json_number(broker, "waitresp_cnt");
 	if (json_field(broker, "rtt", &rtt) && rtt.type == jbvBinary &&
 		json_number(rtt.val.binary.data, "cnt") > 0)
@@ -537,8 +541,9 @@ take_in_and_free(OutboxProducer *producer, char *text)
 }
 
 /*
- * Kafka is unreachable when brokers were tried and none is up; brokers
- * never needed yet (INIT) say nothing either way.
+ * Kafka is unreachable when brokers were tried and none is up. A broker in
+ * INIT was never needed, or went back there after its connection was lost
+ * (librdkafka's sparse connections): only the latter says something.
  */
 static bool
 brokers_all_down(OutboxProducer *producer)
@@ -549,7 +554,7 @@ brokers_all_down(OutboxProducer *producer)
 	{
 		if (strcmp(producer->brokers[i].state, "UP") == 0)
 			return false;
-		if (strcmp(producer->brokers[i].state, "INIT") != 0)
+		if (strcmp(producer->brokers[i].state, "INIT") != 0 || producer->broker_was_up[i])
 			tried = true;
 	}
 	return tried;
