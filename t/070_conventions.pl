@@ -14,32 +14,10 @@ use lib $FindBin::RealBin;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
 
 my $broker = start_broker(topics => [ 'conv:3', 'ce:3' ]);
 my $node = new_outbox_node('conv', $broker, message_format => 'payload');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
-
-# kcat's view, with what consume() leaves out: the value's size (-1 for a
-# null value) and the record timestamp. [{key, size, value, timestamp, headers}]
-sub read_records
-{
-	my ($topic) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q',
-		'-f', '%p\t%o\t%k\t%S\t%T\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
-		IPC::Run::timeout(60))
-	  or die "kcat failed: $err";
-	my @records;
-	for my $line (split /\n/, $out)
-	{
-		my ($p, $o, $k, $size, $ts, $h, $v) = split /\t/, $line, 7;
-		my %headers = map { split /=/, $_, 2 } grep { length } split /,/, ($h // '');
-		push @records, { partition => $p, offset => $o, key => $k, size => $size,
-			timestamp => $ts, headers => \%headers, value => $v };
-	}
-	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @records ];
-}
 
 sub by_key { my ($records, $key) = @_; return [ grep { $_->{key} eq $key } @$records ]; }
 
@@ -62,7 +40,7 @@ sql(q{BEGIN;
 sql(q{SELECT outbox_send('conv', 'traced by a comment', 'commented') /*action='checkout',traceparent='00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01',tracestate='rojo%3D00f067aa0ba902b7'*/});
 ok(wait_for_empty($node, 30), 'the payload-format events are delivered');
 
-my $records = read_records('conv');
+my $records = consume($broker, 'conv');
 my ($json) = @{ by_key($records, 'json') };
 is($json->{timestamp}, $created_ms, 'the record timestamp is the event\'s created_at (ms)');
 is($json->{headers}{'content-type'}, 'application/json', 'jsonb payload: content-type application/json');

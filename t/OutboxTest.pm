@@ -311,22 +311,25 @@ sub release_locker
 # ---- Kafka ---------------------------------------------------------------
 
 # Every message of a topic, read with kcat from the beginning of each
-# partition: [{partition, offset, key, value, headers => {..}, id}].
+# partition: [{partition, offset, key, value, headers => {..}, id, size,
+# timestamp}]; size is the value's length, -1 for a null value (which kcat
+# prints as an empty one), timestamp the record's, in ms.
 sub consume
 {
 	my ($broker, $topic) = @_;
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q',
-		'-f', '%p\t%o\t%k\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
+		'-f', '%p\t%o\t%k\t%S\t%T\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout(120))
 	  or die "kcat failed: $err";
 	my @messages;
 	for my $line (split /\n/, $out)
 	{
-		my ($p, $o, $k, $h, $v) = split /\t/, $line, 5;
+		my ($p, $o, $k, $size, $ts, $h, $v) = split /\t/, $line, 7;
 		my %headers = map { split /=/, $_, 2 } grep { length } split /,/, ($h // '');
 		push @messages, { partition => $p, offset => $o, key => $k, value => $v,
-			headers => \%headers, id => $headers{'outbox-id'} };
+			headers => \%headers, id => $headers{'outbox-id'}, size => $size,
+			timestamp => $ts };
 	}
 	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @messages ];
 }
