@@ -3,7 +3,7 @@ EXTVERSION = 0.3.0
 
 MODULE_big = outbox
 OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/database_hooks.o src/launcher.o \
-       src/worker.o src/batch.o src/durability.o src/producer.o src/envelope.o src/outbox.pb-c.o \
+       src/worker.o src/window.o src/backoff.o src/batch.o src/durability.o src/producer.o src/envelope.o src/outbox.pb-c.o \
        src/stats.o src/lag_alert.o src/message.o src/tracing.o src/capture.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
@@ -32,7 +32,7 @@ src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
 	protoc-c --proto_path=proto --c_out=src $<
 
 # PGXS tracks no header dependencies
-$(OBJS): src/outbox.h src/stats.h src/send.h src/message.h src/tracing.h
+$(OBJS): $(wildcard src/*.h)
 src/envelope.o: src/outbox.pb-c.h
 # OUTBOX_VERSION comes from EXTVERSION here
 src/batch.o: Makefile

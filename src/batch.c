@@ -1,7 +1,7 @@
 /*
  * batch.c
  *		The worker's SQL: find the extension, read a batch of committed
- *		events of one shard, and settle the batch afterwards (delete what
+ *		events of one shard, and settle events afterwards (delete what
  *		Kafka acknowledged, record failures, move dead letters). Each step
  *		is one short transaction, so no snapshot stays open while the
  *		worker waits for Kafka.
@@ -10,8 +10,13 @@
  * plans; they are rebuilt only when the extension is dropped and created
  * again.
  */
-#include "outbox.h"
+#include "batch.h"
+#include "backoff.h"
+#include "durability.h"
+#include "settings.h"
+#include "shmem.h"
 #include "stats.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -128,7 +133,8 @@ prepare_read_plans(const char *s)
 	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
 	const char *read_sql =
-		"SELECT id, topic, key, payload, headers, created_at, ctid, payload_type FROM %s.outbox o"
+		"SELECT id, topic, key, payload, headers, created_at, ctid, payload_type, attempts"
+		" FROM %s.outbox o"
 		" WHERE shard" EQ "$1 AND id OPERATOR(pg_catalog.>=) $2"
 		" AND id OPERATOR(pg_catalog.<) $4"
 		" AND (next_attempt_at IS NULL"
@@ -160,7 +166,7 @@ prepare_settle_plans(const char *s)
 	Oid			delete_args[] = {TIDARRAYOID, INT8ARRAYOID};
 	Oid			by_id_args[] = {INT4OID, INT8ARRAYOID};
 	Oid			failure_args[] = {INT4OID, INT8ARRAYOID, TEXTARRAYOID, BOOLARRAYOID,
-	INT4OID, INT4OID};
+	INT4ARRAYOID};
 	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
 
 	/*
@@ -181,10 +187,8 @@ prepare_settle_plans(const char *s)
 									  2, by_id_args, CURSOR_OPT_CUSTOM_PLAN);
 
 	/*
-	 * A refused event counts an attempt and waits longer each time (the
-	 * exponent is capped: the wait is capped long before 2^40 anyway, and
-	 * power() overflows at 2^1024); one Kafka will take later waits the
-	 * shortest back-off, uncounted.
+	 * A refused event counts an attempt; the wait before its retry comes
+	 * from the back-off policy (backoff.c), computed per event
 	 */
 	plans.record_failures = prepare(psprintf(
 											 "UPDATE %s.outbox o SET"
@@ -193,14 +197,12 @@ prepare_settle_plans(const char *s)
 											 " last_error = f.error,"
 											 " last_attempt_at = pg_catalog.now(),"
 											 " next_attempt_at = pg_catalog.now() OPERATOR(pg_catalog.+)"
-											 "  (interval '1 ms' OPERATOR(pg_catalog.*) (CASE WHEN f.permanent"
-											 "   THEN least($6::float8, $5::float8 OPERATOR(pg_catalog.*)"
-											 "        pg_catalog.power(2::float8, least(o.attempts, 40)::float8))"
-											 "   ELSE $5::float8 END))"
+											 "  (interval '1 ms' OPERATOR(pg_catalog.*) f.wait_ms)"
 											 " FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3),"
-											 "   pg_catalog.unnest($4)) AS f(id, error, permanent)"
+											 "   pg_catalog.unnest($4), pg_catalog.unnest($5))"
+											 "   AS f(id, error, permanent, wait_ms)"
 											 " WHERE o.shard" EQ "$1 AND o.id" EQ "f.id", s),
-									6, failure_args);
+									5, failure_args);
 	plans.dead_letter = prepare(psprintf(
 										 "WITH moved AS ("
 										 " DELETE FROM %s.outbox WHERE shard" EQ "$1 AND id" EQ "ANY($2)"
@@ -406,11 +408,11 @@ copy_bytes(Datum datum, char **data, int *len)
 
 /*
  * Copies the rows SPI returned into the batch, in the batch's context, up
- * to outbox.batch_bytes of payload (at least one event): the rest is read
+ * to max_bytes of payloads and keys (at least one event): the rest is read
  * again next time, so a worker's memory is bounded by bytes, not events.
  */
 static void
-copy_events(OutboxBatch *batch, MemoryContext batch_context)
+copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 {
 	MemoryContext old = MemoryContextSwitchTo(batch_context);
 	TupleDesc	desc = SPI_tuptable->tupdesc;
@@ -418,7 +420,7 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context)
 	int			n = 0;
 
 	batch->events = palloc0(sizeof(OutboxEvent) * Max(SPI_processed, 1));
-	while (n < (int) SPI_processed && (n == 0 || bytes < outbox_batch_bytes))
+	while (n < (int) SPI_processed && (n == 0 || bytes < max_bytes))
 	{
 		HeapTuple	row = SPI_tuptable->vals[n];
 		OutboxEvent *event = &batch->events[n];
@@ -440,11 +442,14 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context)
 		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
 		value = SPI_getbinval(row, desc, 8, &isnull);
 		event->payload_type = isnull ? 0 : DatumGetChar(value);
+		event->attempts = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
 		event->outcome = EVENT_SKIPPED;
 		bytes += event->payloadlen + event->keylen;
 		n++;
 	}
 	batch->nevents = n;
+	batch->bytes = bytes;
+	batch->more = (n < (int) SPI_processed);
 	MemoryContextSwitchTo(old);
 }
 
@@ -511,7 +516,7 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
  */
 bool
 outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
-				  int limit, uint64 rewind_generation)
+				  int limit, int64 max_bytes, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
 	ArrayType  *held_keys = NULL;
@@ -549,7 +554,8 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	}
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading a batch failed");
-	copy_events(batch, batch_context);
+	copy_events(batch, batch_context, max_bytes);
+	batch->more |= (SPI_processed == (uint64) limit);
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
 	return true;
@@ -561,19 +567,19 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
  * deleted by someone else: nothing is left to do for it.
  */
 static void
-delete_delivered(OutboxBatch *batch, int shard)
+delete_delivered(OutboxEvent **events, int nevents, int shard)
 {
-	Datum	   *ctids = palloc(sizeof(Datum) * Max(batch->nevents, 1));
-	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
+	Datum	   *ctids = palloc(sizeof(Datum) * Max(nevents, 1));
+	int64	   *ids = palloc(sizeof(int64) * Max(nevents, 1));
 	int			n = 0;
 	Datum		args[2];
 
-	for (int i = 0; i < batch->nevents; i++)
+	for (int i = 0; i < nevents; i++)
 	{
-		if (batch->events[i].outcome != EVENT_DELIVERED)
+		if (events[i]->outcome != EVENT_DELIVERED)
 			continue;
-		ctids[n] = PointerGetDatum(&batch->events[i].ctid);
-		ids[n] = batch->events[i].id;
+		ctids[n] = PointerGetDatum(&events[i]->ctid);
+		ids[n] = events[i]->id;
 		n++;
 	}
 	if (n == 0)
@@ -594,31 +600,40 @@ delete_delivered(OutboxBatch *batch, int shard)
 		elog(ERROR, "outbox: deleting delivered events failed");
 }
 
-static bool
-is_failure(EventOutcome outcome)
+/*
+ * The wait before an event's retry: one Kafka refused counts an attempt
+ * and waits longer each time; one Kafka will take later waits the
+ * shortest back-off, uncounted.
+ */
+static int
+retry_wait_ms(const OutboxEvent *event)
 {
-	return outcome == EVENT_FAILED_RETRIABLE || outcome == EVENT_FAILED_PERMANENT;
+	if (event->outcome == EVENT_FAILED_PERMANENT)
+		return outbox_backoff_ms(event->attempts + 1);
+	return outbox_backoff_ms(1);
 }
 
 /* Records failures; moves events out of attempts to the dead letters. */
 static void
-record_failures(OutboxBatch *batch, int shard)
+record_failures(OutboxEvent **events, int nevents, int shard)
 {
-	int64	   *ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
-	Datum	   *errors = palloc(sizeof(Datum) * Max(batch->nevents, 1));
-	Datum	   *permanent = palloc(sizeof(Datum) * Max(batch->nevents, 1));
+	int64	   *ids = palloc(sizeof(int64) * Max(nevents, 1));
+	Datum	   *errors = palloc(sizeof(Datum) * Max(nevents, 1));
+	Datum	   *permanent = palloc(sizeof(Datum) * Max(nevents, 1));
+	Datum	   *waits = palloc(sizeof(Datum) * Max(nevents, 1));
 	int			n = 0;
-	Datum		args[6];
+	Datum		args[5];
 
-	for (int i = 0; i < batch->nevents; i++)
+	for (int i = 0; i < nevents; i++)
 	{
-		OutboxEvent *event = &batch->events[i];
+		OutboxEvent *event = events[i];
 
-		if (!is_failure(event->outcome))
+		if (!outbox_event_failed(event))
 			continue;
 		ids[n] = event->id;
 		errors[n] = CStringGetTextDatum(event->error ? event->error : "unknown error");
 		permanent[n] = BoolGetDatum(event->outcome == EVENT_FAILED_PERMANENT);
+		waits[n] = Int32GetDatum(retry_wait_ms(event));
 		n++;
 	}
 	if (n == 0)
@@ -628,8 +643,7 @@ record_failures(OutboxBatch *batch, int shard)
 	args[1] = PointerGetDatum(int8_array(ids, n));
 	args[2] = PointerGetDatum(construct_array(errors, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[3] = PointerGetDatum(construct_array(permanent, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	args[4] = Int32GetDatum(outbox_retry_backoff_min_ms);
-	args[5] = Int32GetDatum(Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms));
+	args[4] = PointerGetDatum(construct_array(waits, n, INT4OID, 4, true, TYPALIGN_INT));
 	if (SPI_execute_plan(plans.record_failures, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "outbox: recording failed deliveries failed");
 
@@ -642,33 +656,27 @@ record_failures(OutboxBatch *batch, int shard)
 		ereport(WARNING,
 				(errmsg("%s: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
 						outbox_worker_name(), (uint64) SPI_processed, outbox_max_attempts),
-				 errdetail("The first failed event of the batch, id " INT64_FORMAT ", failed with: %s",
+				 errdetail("The first failed event of the list, id " INT64_FORMAT ", failed with: %s",
 						   ids[0], TextDatumGetCString(errors[0]))));
 	}
 }
 
-/*
- * Settles a batch in one transaction: Kafka's acknowledgements become
- * deletes, failures become retry times or dead letters. A batch read from
- * an extension that has since been dropped has nothing left to settle.
- */
-void
-outbox_finish_batch(OutboxBatch *batch, int shard)
+bool
+outbox_settle_events(OutboxEvent **events, int nevents, Oid extension_oid, int shard)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	bool		recreated;
+	bool		current;
 
-	begin_step("outbox: settling a batch");
-	if (find_extension(&recreated) && plans_extension_oid == batch->extension_oid)
+	begin_step("outbox: settling delivered events");
+	current = find_extension(&recreated) && plans_extension_oid == extension_oid;
+	if (current)
 	{
-		delete_delivered(batch, shard);
-		record_failures(batch, shard);
+		delete_delivered(events, nevents, shard);
+		record_failures(events, nevents, shard);
 	}
-	else
-		ereport(LOG,
-				(errmsg("%s: the extension was dropped while a batch was in flight; its events went with it",
-						outbox_worker_name())));
 	end_step(caller_context);
+	return current;
 }
 
 /* Whether this database has the extension (in the version of the library). */

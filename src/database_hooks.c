@@ -16,7 +16,9 @@
  *   Only a statement that can succeed does this: by a role allowed to run
  *   it, at top level, so no role can stop delivery at will.
  */
-#include "outbox.h"
+#include "database_hooks.h"
+#include "settings.h"
+#include "shmem.h"
 
 #include <signal.h>
 

@@ -8,7 +8,7 @@
  *		received the commit would leave Kafka with an event whose
  *		transaction does not exist.
  */
-#include "outbox.h"
+#include "durability.h"
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"

@@ -8,7 +8,7 @@
  * librdkafka can send it without a copy of its own: a worker then holds
  * each value once.
  */
-#include "outbox.h"
+#include "envelope.h"
 
 #include "utils/memutils.h"
 

@@ -10,8 +10,11 @@
  * those are the times lag grows. What was last said, and when, is kept
  * with the shard's statistics, so a restarted worker does not repeat it.
  */
-#include "outbox.h"
+#include "lag_alert.h"
+#include "batch.h"
+#include "settings.h"
 #include "stats.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"

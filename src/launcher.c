@@ -20,7 +20,9 @@
  * handles of the workers it started. Shared memory (shmem.c) holds the
  * worker slots, which outlive a launcher restart.
  */
-#include "outbox.h"
+#include "launcher.h"
+#include "settings.h"
+#include "shmem.h"
 
 #include <signal.h>
 
@@ -42,6 +44,9 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+
+/* Seconds before a worker that failed is started again: no crash loops. */
+#define OUTBOX_RESTART_SECONDS 10
 
 /* How often the launcher lists the databases without being woken. */
 #define SCAN_INTERVAL_MS (10 * 1000)

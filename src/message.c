@@ -16,6 +16,8 @@
  * is the payload, the attributes are ce_ headers.
  */
 #include "message.h"
+#include "envelope.h"
+#include "settings.h"
 
 #include "lib/stringinfo.h"
 #include "utils/datetime.h"

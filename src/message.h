@@ -5,7 +5,17 @@
 #ifndef OUTBOX_MESSAGE_H
 #define OUTBOX_MESSAGE_H
 
-#include "outbox.h"
+#include "event.h"
+
+/* Kafka header that carries the event id on every message */
+#define OUTBOX_ID_HEADER "outbox-id"
+
+/*
+ * Kafka header that names the id space the event id belongs to: a UUID made
+ * at CREATE EXTENSION and replaced when ids may repeat (promotion to a new
+ * timeline). Consumers deduplicate on the pair.
+ */
+#define OUTBOX_INSTANCE_HEADER "outbox-instance"
 
 typedef struct OutboxHeader
 {

@@ -4,7 +4,11 @@
  *		and when preloaded, reserves shared state and registers the launcher
  *		that starts the workers of each database.
  */
-#include "outbox.h"
+#include "database_hooks.h"
+#include "launcher.h"
+#include "send.h"
+#include "settings.h"
+#include "shmem.h"
 
 #include "miscadmin.h"
 

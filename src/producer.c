@@ -6,15 +6,21 @@
  *
  * Rules that keep the server safe (see the README): the handle is created
  * in the worker, never before fork; librdkafka's logs, errors and delivery
- * reports reach us only through rd_kafka_poll/flush on this thread (log
- * queue), and the callbacks only record what happened: they never ereport.
+ * reports reach us only through rd_kafka_poll on this thread (log queue),
+ * and the callbacks only record what happened: they never ereport. A
+ * delivery report writes its event's outcome and nothing else; librdkafka
+ * wakes the worker through a pipe when it has reports to serve.
  */
-#include "message.h"
+#include "producer.h"
+#include "backoff.h"
+#include "settings.h"
+#include "stats.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <librdkafka/rdkafka.h>
 
 #include "miscadmin.h"
-#include "stats.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -40,7 +46,9 @@ struct OutboxProducer
 {
 	rd_kafka_t *rk;
 	const char *name;			/* the worker's, for the log */
-	OutboxBatch *batch;			/* whose reports are being served */
+	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
+	int			in_flight;		/* produced, report not served */
+	OutboxReports unclaimed;	/* reports served, not yet handed out */
 	rd_kafka_resp_err_t last_error;	/* from error_cb, not yet logged */
 	char		last_reason[512];
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
@@ -73,8 +81,6 @@ is_retriable(rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR__TRANSPORT:
 		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
 		case RD_KAFKA_RESP_ERR__RESOLVE:
-		case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
-		case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
 		case RD_KAFKA_RESP_ERR__FATAL:
 		case RD_KAFKA_RESP_ERR__QUEUE_FULL:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
@@ -113,7 +119,11 @@ record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 		event->outcome = EVENT_DELIVERED;
 		return;
 	}
-	event->outcome = is_retriable(err) ? EVENT_FAILED_RETRIABLE : EVENT_FAILED_PERMANENT;
+	/* the worker purged it: Kafka may have it or not, it is read again */
+	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+		event->outcome = EVENT_NOT_SENT;
+	else
+		event->outcome = is_retriable(err) ? EVENT_FAILED_RETRIABLE : EVENT_FAILED_PERMANENT;
 	/* librdkafka's descriptions are static strings */
 	event->error = rd_kafka_err2str(err);
 }
@@ -126,14 +136,16 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 	OutboxEvent *event = (OutboxEvent *) message->_private;
 
 	record_outcome(event, message->err);
+	producer->in_flight--;
 	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		event->acked_at = GetCurrentTimestamp();
 		producer->unreachable = false;
 		producer->kafka_down = false;
+		producer->unclaimed.delivered++;
 	}
-	if (producer->batch != NULL)
-		producer->batch->in_flight--;
+	else
+		producer->unclaimed.failed++;
 }
 
 static void
@@ -240,23 +252,31 @@ build_conf(OutboxProducer *producer, const char *client_id, char **error)
 	/* places keys on the partitions the Java client would choose */
 	KAFKA_CONF_SET(conf, "partitioner", "murmur2_random");
 	KAFKA_CONF_SET(conf, "log.queue", "true");
-	KAFKA_CONF_SET(conf, "linger.ms", "5");
+	/*
+	 * An event goes out as soon as it is produced: under load, events
+	 * produced while a request is in flight make the next one bigger.
+	 */
+	KAFKA_CONF_SET(conf, "linger.ms", "0");
 	/* requests pipelined on one connection must not wait for delayed ACKs */
 	KAFKA_CONF_SET(conf, "socket.nagle.disable", "true");
-	/* back within about a second of Kafka's return, not ten */
-	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", "1000");
+	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_min_ms());
+	KAFKA_CONF_SET(conf, "reconnect.backoff.ms", value);
+	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_max_ms());
+	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", value);
 	/* for outbox_kafka_brokers; outbox.kafka_config may change or disable it */
 	KAFKA_CONF_SET(conf, "statistics.interval.ms", "1000");
 	snprintf(value, sizeof(value), "%d",
 			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
 	KAFKA_CONF_SET(conf, "message.max.bytes", value);
 	/*
-	 * One batch is queued at a time: outbox.batch_bytes, plus the event that
-	 * crossed it, plus headers and envelopes.
+	 * The window is queued at most: outbox.window_bytes, plus the event
+	 * that crossed it, plus headers and envelopes.
 	 */
 	snprintf(value, sizeof(value), "%ld",
-			 ((long) outbox_batch_bytes + outbox_max_message_bytes) / 1024 + 4096);
+			 ((long) outbox_window_bytes + outbox_max_message_bytes) / 1024 + 4096);
 	KAFKA_CONF_SET(conf, "queue.buffering.max.kbytes", value);
+	snprintf(value, sizeof(value), "%d", Max(100000, outbox_window_size + outbox_batch_size));
+	KAFKA_CONF_SET(conf, "queue.buffering.max.messages", value);
 
 	if (!outbox_apply_kafka_config(outbox_kafka_config, conf, set_user_property, error))
 	{
@@ -272,6 +292,36 @@ build_conf(OutboxProducer *producer, const char *client_id, char **error)
 	rd_kafka_conf_set_log_cb(conf, on_log);
 	rd_kafka_conf_set_stats_cb(conf, on_statistics);
 	return conf;
+}
+
+/*
+ * librdkafka writes a byte into the pipe when its main queue (delivery
+ * reports, errors, logs, statistics) goes from empty to not empty; both
+ * ends are non-blocking, so a full pipe never stalls one of its threads.
+ */
+static bool
+enable_wake_pipe(OutboxProducer *producer, char **error)
+{
+	rd_kafka_queue_t *queue;
+
+	if (pipe(producer->wake_pipe) != 0)
+	{
+		*error = psprintf("could not create a pipe: %m");
+		return false;
+	}
+	for (int i = 0; i < 2; i++)
+		if (fcntl(producer->wake_pipe[i], F_SETFL, O_NONBLOCK) != 0 ||
+			fcntl(producer->wake_pipe[i], F_SETFD, FD_CLOEXEC) != 0)
+		{
+			*error = psprintf("could not set up a pipe: %m");
+			close(producer->wake_pipe[0]);
+			close(producer->wake_pipe[1]);
+			return false;
+		}
+	queue = rd_kafka_queue_get_main(producer->rk);
+	rd_kafka_queue_io_event_enable(queue, producer->wake_pipe[1], "1", 1);
+	rd_kafka_queue_destroy(queue);
+	return true;
 }
 
 /* Returns NULL with *error set when the settings are refused. */
@@ -298,14 +348,27 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 		return NULL;
 	}
 	rd_kafka_set_log_queue(producer->rk, NULL);
+	if (!enable_wake_pipe(producer, error))
+	{
+		rd_kafka_destroy(producer->rk);
+		pfree(producer);
+		return NULL;
+	}
 	return producer;
 }
 
 void
 outbox_producer_destroy(OutboxProducer *producer)
 {
-	outbox_producer_purge(producer);
+	OutboxReports ignored = {0};
+	rd_kafka_queue_t *queue = rd_kafka_queue_get_main(producer->rk);
+
+	outbox_producer_purge(producer, &ignored);
+	rd_kafka_queue_io_event_enable(queue, -1, NULL, 0);
+	rd_kafka_queue_destroy(queue);
 	rd_kafka_destroy(producer->rk);
+	close(producer->wake_pipe[0]);
+	close(producer->wake_pipe[1]);
 	for (int i = 0; i < producer->nstatistics; i++)
 		free(producer->statistics[i]);
 	pfree(producer);
@@ -329,12 +392,11 @@ build_headers(const OutboxRecord *record)
  * the event's delivery report was served or the producer destroyed.
  */
 bool
-outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
-						OutboxEvent *event, const OutboxRecord *record)
+outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
+						const OutboxRecord *record)
 {
 	rd_kafka_resp_err_t err;
 
-	producer->batch = batch;
 	for (;;)
 	{
 		rd_kafka_headers_t *headers = build_headers(record);
@@ -367,27 +429,59 @@ outbox_producer_produce(OutboxProducer *producer, OutboxBatch *batch,
 		rd_kafka_poll(producer->rk, 10);
 	}
 	event->outcome = EVENT_IN_FLIGHT;
-	batch->in_flight++;
+	producer->in_flight++;
 	return true;
 }
 
-/* Sends what is queued now (ignoring linger) and serves reports. */
-void
-outbox_producer_serve(OutboxProducer *producer, int timeout_ms)
+static void
+claim_reports(OutboxProducer *producer, OutboxReports *reports)
 {
-	rd_kafka_flush(producer->rk, timeout_ms);
+	reports->delivered += producer->unclaimed.delivered;
+	reports->failed += producer->unclaimed.failed;
+	memset(&producer->unclaimed, 0, sizeof(producer->unclaimed));
 }
 
-/* Drops everything queued or in flight; their reports say "purged". */
+static void
+drain_wake_pipe(OutboxProducer *producer)
+{
+	char		buf[64];
+
+	while (read(producer->wake_pipe[0], buf, sizeof(buf)) > 0)
+		;
+}
+
+/*
+ * The pipe is emptied before the queue is served: news arriving after the
+ * serve writes to it again.
+ */
 void
-outbox_producer_purge(OutboxProducer *producer)
+outbox_producer_serve(OutboxProducer *producer, OutboxReports *reports)
+{
+	drain_wake_pipe(producer);
+	rd_kafka_poll(producer->rk, 0);
+	claim_reports(producer, reports);
+}
+
+int
+outbox_producer_wait_fd(OutboxProducer *producer)
+{
+	return producer->wake_pipe[0];
+}
+
+void
+outbox_producer_purge_queued(OutboxProducer *producer)
+{
+	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
+void
+outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports)
 {
 	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-	rd_kafka_poll(producer->rk, 0);
 	/* purged in-flight reports can take a moment to come back */
-	for (int i = 0; i < 50 && producer->batch != NULL && producer->batch->in_flight > 0; i++)
-		rd_kafka_poll(producer->rk, 100);
-	producer->batch = NULL;
+	for (int i = 0; i < 50 && producer->in_flight > 0; i++)
+		rd_kafka_poll(producer->rk, i == 0 ? 0 : 100);
+	claim_reports(producer, reports);
 }
 
 bool
@@ -423,13 +517,6 @@ outbox_producer_report_state(OutboxProducer *producer)
 		producer->logged_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 	}
 	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;
-}
-
-/* Serves whatever librdkafka has for us (errors, statistics) without waiting. */
-void
-outbox_producer_poll(OutboxProducer *producer)
-{
-	rd_kafka_poll(producer->rk, 0);
 }
 
 /* True after librdkafka said every broker is down, until one is seen up. */

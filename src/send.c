@@ -10,6 +10,9 @@
  * any privilege on the table itself.
  */
 #include "send.h"
+#include "message.h"
+#include "settings.h"
+#include "shmem.h"
 #include "tracing.h"
 
 #include "access/genam.h"

@@ -7,7 +7,10 @@
 #ifndef OUTBOX_SEND_H
 #define OUTBOX_SEND_H
 
-#include "outbox.h"
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/jsonb.h"
 
 /* What the payload was given as; names its content type. */
 #define OUTBOX_PAYLOAD_JSON 'j'
@@ -23,5 +26,8 @@ extern int64 outbox_send_event(FunctionCallInfo fcinfo, text *topic,
 							   bytea *payload, char payload_type,
 							   const char *key, int keylen, bool key_isnull,
 							   Jsonb *headers);
+
+/* the transaction callbacks that register ids and wake the shards */
+extern void outbox_install_send_callbacks(void);
 
 #endif							/* OUTBOX_SEND_H */

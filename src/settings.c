@@ -3,7 +3,7 @@
  *		The outbox.* configuration parameters, and the checks that reject a
  *		bad value when it is set or reloaded rather than later in a worker.
  */
-#include "outbox.h"
+#include "settings.h"
 #include "tracing.h"
 
 #include <librdkafka/rdkafka.h>
@@ -27,7 +27,8 @@ int			outbox_retry_backoff_min_ms = 1000;
 int			outbox_retry_backoff_max_ms = 60000;
 int			outbox_max_attempts = 10;
 int			outbox_shutdown_timeout_ms = 5000;
-int			outbox_batch_bytes = 64 * 1024 * 1024;
+int			outbox_window_size = 10000;
+int			outbox_window_bytes = 64 * 1024 * 1024;
 int			outbox_lag_warning_ms = 60 * 1000;
 char	   *outbox_cloudevents_source = NULL;
 
@@ -351,13 +352,18 @@ outbox_define_settings(void)
 							   NULL, &outbox_brokers, "localhost:9092",
 							   PGC_SIGHUP, 0, check_brokers, NULL, NULL);
 	DefineCustomIntVariable("outbox.batch_size",
-							"Most events a worker reads and produces at once.",
+							"Most events a worker reads at once.",
 							NULL, &outbox_batch_size, 1000, 1, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("outbox.batch_bytes",
-							"Payload bytes after which a batch stops growing.",
+	DefineCustomIntVariable("outbox.window_size",
+							"Most events a worker has produced and not yet settled.",
+							"Also the most events a crash of the worker can send twice.",
+							&outbox_window_size, 10000, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("outbox.window_bytes",
+							"Most bytes of payloads and keys a worker holds in flight.",
 							"Bounds a worker's memory: about twice this much is held at most.",
-							&outbox_batch_bytes, 64 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024,
+							&outbox_window_bytes, 64 * 1024 * 1024, 1024 * 1024, 1024 * 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("outbox.poll_interval",
 							"Longest a worker sleeps without a commit waking it.",

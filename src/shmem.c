@@ -14,7 +14,8 @@
  * Only plain values live here (OIDs, process numbers, pids, ids), never
  * pointers into one process's memory.
  */
-#include "outbox.h"
+#include "shmem.h"
+#include "settings.h"
 
 #include <signal.h>
 

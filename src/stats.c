@@ -13,6 +13,8 @@
  * free, the least recently used entry of a shard without a worker goes.
  */
 #include "stats.h"
+#include "settings.h"
+#include "shmem.h"
 
 #include <math.h>
 
@@ -279,12 +281,12 @@ window_number(TimestampTz t)
 }
 
 /*
- * Counts what the reports of a produced batch said: deliveries with their
+ * Counts what the reports of settled events said: deliveries with their
  * latency from created_at, failures (of every kind, also those that will be
  * retried), and the first failure's error.
  */
 void
-outbox_stats_batch_done(const OutboxBatch *batch)
+outbox_stats_settled(OutboxEvent *const *events, int nevents)
 {
 	uint32		counts[LATENCY_BUCKETS] = {0};
 	uint64		delivered = 0;
@@ -296,9 +298,9 @@ outbox_stats_batch_done(const OutboxBatch *batch)
 
 	if (mine == NULL)
 		return;
-	for (int i = 0; i < batch->nevents; i++)
+	for (int i = 0; i < nevents; i++)
 	{
-		const OutboxEvent *event = &batch->events[i];
+		const OutboxEvent *event = events[i];
 
 		if (event->outcome == EVENT_DELIVERED)
 		{
@@ -370,20 +372,20 @@ outbox_stats_dead_lettered(uint64 count)
 		pg_atomic_fetch_add_u64(&mine->dead_lettered, count);
 }
 
-/* The ids of the batch now in flight (NULL: none), for outbox_explain(). */
+/*
+ * The range of ids the worker holds unsettled (first 0: none), for
+ * outbox_explain(); "since" is when the window was last empty.
+ */
 void
-outbox_stats_in_flight(const OutboxBatch *batch)
+outbox_stats_in_flight(int64 first_id, int64 last_id)
 {
 	if (mine == NULL)
 		return;
 	SpinLockAcquire(&mine->mutex);
-	mine->in_flight_first = 0;
-	if (batch != NULL && batch->nevents > 0)
-	{
-		mine->in_flight_first = batch->events[0].id;
-		mine->in_flight_last = batch->events[batch->nevents - 1].id;
+	if (first_id != 0 && mine->in_flight_first == 0)
 		mine->in_flight_since = GetCurrentTimestamp();
-	}
+	mine->in_flight_first = first_id;
+	mine->in_flight_last = last_id;
 	SpinLockRelease(&mine->mutex);
 }
 

@@ -1,14 +1,14 @@
 /*
  * stats.h
  *		What each worker publishes about its shard's delivery (state,
- *		counters, acknowledgement latency, Kafka brokers, the batch in
+ *		counters, acknowledgement latency, Kafka brokers, the ids in
  *		flight), for the outbox_status and outbox_kafka_brokers views and
  *		outbox_explain().
  */
 #ifndef OUTBOX_STATS_H
 #define OUTBOX_STATS_H
 
-#include "outbox.h"
+#include "event.h"
 
 typedef enum OutboxShardState
 {
@@ -42,9 +42,9 @@ extern void outbox_stats_shmem_startup(void);
 extern void outbox_stats_attach(Oid dboid, int shard);
 extern void outbox_stats_set_state(OutboxShardState state);
 extern void outbox_stats_error(const char *message);
-extern void outbox_stats_batch_done(const OutboxBatch *batch);
+extern void outbox_stats_settled(OutboxEvent *const *events, int nevents);
 extern void outbox_stats_dead_lettered(uint64 count);
-extern void outbox_stats_in_flight(const OutboxBatch *batch);
+extern void outbox_stats_in_flight(int64 first_id, int64 last_id);
 extern void outbox_stats_brokers(const OutboxBrokerInfo *brokers, int nbrokers);
 extern void outbox_stats_last_error(char *buf, size_t size);
 extern bool outbox_stats_lag_warned(TimestampTz *line_at);

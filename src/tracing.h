@@ -7,7 +7,9 @@
 #ifndef OUTBOX_TRACING_H
 #define OUTBOX_TRACING_H
 
-#include "outbox.h"
+#include "postgres.h"
+
+#include "utils/jsonb.h"
 
 extern char *outbox_traceparent;
 extern char *outbox_tracestate;

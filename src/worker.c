@@ -1,39 +1,57 @@
 /*
  * worker.c
- *		The delivery worker, one per shard: read a batch of committed
- *		events, produce them, wait for Kafka's acknowledgements, delete what
- *		was acknowledged, and sleep until a commit wakes it.
+ *		The delivery worker, one per shard, as a pipeline: a commit wakes
+ *		it, it reads what has committed and produces it at once, also while
+ *		earlier events still wait for Kafka's acknowledgements, and it
+ *		settles (deletes) acknowledged events in groups. What it holds
+ *		between producing and settling is the window (window.c), bounded by
+ *		outbox.window_size and outbox.window_bytes.
+ *
+ * Per-key order after a failure: the idempotent, gap-less producer fails
+ * every message behind a failed one of the same partition, so the worker
+ * stops producing at the first failure, drops what librdkafka has not sent
+ * yet, waits for every report, settles, and reads again from the first
+ * failed event (which now waits for its retry, holding its key back).
  *
  * The worker waits instead of exiting when the database is being dropped,
  * the extension is absent, the server is in recovery, delivery is paused
  * or Kafka is unreachable; an error in a pass is logged and the pass is
  * retried after a back-off, so the worker never crash-loops.
  */
-#include "message.h"
+#include "worker.h"
+#include "backoff.h"
+#include "batch.h"
+#include "durability.h"
+#include "lag_alert.h"
+#include "settings.h"
+#include "shmem.h"
 #include "stats.h"
+#include "window.h"
 
 #include <ctype.h>
 
 #include "access/xact.h"
-#include "commands/dbcommands.h"
 #include "access/xlog.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-/* How often the wait for delivery reports looks at interrupts. */
-#define SERVE_SLICE_MS 100
-
 /* Longest sleep between two looks at Kafka's state and the shard's lag. */
 #define LOOK_AROUND_MS 1000
+
+/*
+ * Acknowledged events wait at most this long to be deleted together (or
+ * until outbox.batch_size of them are there): one transaction per group.
+ */
+#define SETTLE_INTERVAL_MS 10
 
 typedef enum WaitReason
 {
@@ -50,21 +68,24 @@ typedef struct WorkerState
 	bool		extension_gone;	/* a read found no extension: exit */
 	OutboxProducer *producer;
 	char	   *producer_settings;	/* what the producer was built from */
-	bool		rebuild_producer;	/* settings changed since */
+	bool		rebuild_producer;	/* settings changed or producer failed */
+	OutboxWindow *window;
 	int64		cursor;			/* every id below is read or can't appear */
 	uint64		rewind_generation;
 	bool		adopted_orphans;
-	int			backoff_ms;		/* 0 while delivery succeeds */
-	TimestampTz backoff_until;	/* commits do not cut a back-off short */
+	bool		rewinding;		/* after a failure: produce nothing until
+								 * every report is in and settled */
+	bool		gave_up;		/* stopping after an error: leave at once */
+	TimestampTz drain_deadline; /* stopping or rebuilding: last wait for reports */
+	bool		read_wanted;	/* a commit woke us, or a read stopped at a limit */
+	TimestampTz next_read_at;	/* read then even if no commit wakes us */
+	int			pass_failures;	/* passes in a row that raised an error */
+	int			kafka_failures; /* drains in a row Kafka took nothing of */
+	TimestampTz backoff_until;	/* no read or settle before */
 	WaitReason	logged_wait;	/* so each wait is logged once */
-	/* two batches: one in flight while the next is read and produced */
-	MemoryContext batch_contexts[2];
-	OutboxBatch batches[2];
-	OutboxBatch *in_flight;		/* produced, reports not all served; or NULL */
-	OutboxBatch *settling;		/* reports served, rows not settled; or NULL */
-	MemoryContext pass_context;	/* anything else a pass allocates */
-	XLogRecPtr	settled_lsn;	/* commit of the last settle, maybe unflushed */
-	TimestampTz next_pass_at;	/* unless a commit wakes the worker first */
+	MemoryContext pass_context; /* what a pass allocates outside the window */
+	WaitEventSet *wait_set;
+	OutboxProducer *wait_producer;	/* whose pipe wait_set watches */
 } WorkerState;
 
 /* For the log, the envelope and Kafka's client.id: set once connected. */
@@ -78,9 +99,21 @@ outbox_worker_name(void)
 	return worker_name;
 }
 
+static long
+ms_until(TimestampTz t)
+{
+	long		secs;
+	int			usecs;
+
+	if (t == 0)
+		return 0;
+	TimestampDifference(GetCurrentTimestamp(), t, &secs, &usecs);
+	return secs * 1000 + usecs / 1000;
+}
+
 /*
  * Without the extension (never created, or dropped) the worker exits once
- * nothing is in flight; the launcher learns it from the slot.
+ * it holds nothing; the launcher learns it from the slot.
  */
 static void
 exit_unless_extension(WorkerState *st, bool found)
@@ -90,7 +123,7 @@ exit_unless_extension(WorkerState *st, bool found)
 		outbox_worker_found_extension(st->slot, true);
 		return;
 	}
-	if (st->in_flight != NULL || st->settling != NULL)
+	if (st->window != NULL && !outbox_window_is_empty(st->window))
 		return;
 	outbox_worker_found_extension(st->slot, false);
 	outbox_stats_set_state(SHARD_NO_EXTENSION);
@@ -106,38 +139,28 @@ log_wait_once(WorkerState *st, WaitReason reason, const char *message)
 	ereport(LOG, (errmsg("%s: %s", worker_name, message)));
 }
 
-/* Doubles the back-off within its bounds and returns it. */
-static long
+static void
 back_off(WorkerState *st)
 {
-	int			max_ms = Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms);
+	int			failures = Max(st->pass_failures, st->kafka_failures);
 
-	if (st->backoff_ms <= 0)
-		st->backoff_ms = outbox_retry_backoff_min_ms;
-	else
-		st->backoff_ms = (int) Min((long) max_ms, 2L * st->backoff_ms);
-	st->backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), st->backoff_ms);
-	return st->backoff_ms;
+	st->backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													outbox_backoff_ms(failures));
 }
 
-static long
-backoff_remaining_ms(WorkerState *st)
+static bool
+backing_off(WorkerState *st)
 {
-	long		secs;
-	int			usecs;
-
-	if (st->backoff_until == 0)
-		return 0;
-	TimestampDifference(GetCurrentTimestamp(), st->backoff_until, &secs, &usecs);
-	return secs * 1000 + usecs / 1000;
+	return st->backoff_until != 0 && GetCurrentTimestamp() < st->backoff_until;
 }
 
 static char *
 current_producer_settings(void)
 {
 	return MemoryContextStrdup(TopMemoryContext,
-							   psprintf("%s|%s|%d", outbox_brokers, outbox_kafka_config,
-										outbox_max_message_bytes));
+							   psprintf("%s|%s|%d|%d|%d", outbox_brokers, outbox_kafka_config,
+										outbox_max_message_bytes, outbox_window_size,
+										outbox_window_bytes));
 }
 
 static void
@@ -151,6 +174,7 @@ reload_settings(WorkerState *st)
 	if (st->producer_settings != NULL && strcmp(settings, st->producer_settings) != 0)
 		st->rebuild_producer = true;
 	pfree(settings);
+	st->read_wanted = true;
 }
 
 static void
@@ -160,6 +184,7 @@ drop_producer(WorkerState *st)
 		outbox_producer_destroy(st->producer);
 	st->producer = NULL;
 	st->rebuild_producer = false;
+	st->drain_deadline = 0;
 }
 
 /* librdkafka's threads must be gone before the process exits */
@@ -169,18 +194,14 @@ drop_producer_at_exit(int code, Datum arg)
 	drop_producer((WorkerState *) DatumGetPointer(arg));
 }
 
+/* Makes the producer, once the old one (if any) was drained and dropped. */
 static bool
 ensure_producer(WorkerState *st)
 {
 	char	   *error = NULL;
 
-	if (st->producer != NULL && !st->rebuild_producer &&
-		!outbox_producer_is_fatal(st->producer))
-		return true;
 	if (st->producer != NULL)
-		ereport(LOG, (errmsg("%s: rebuilding the Kafka producer", worker_name)));
-	drop_producer(st);
-
+		return !st->rebuild_producer;
 	if (st->producer_settings != NULL)
 		pfree(st->producer_settings);
 	st->producer_settings = current_producer_settings();
@@ -197,7 +218,208 @@ ensure_producer(WorkerState *st)
 	return true;
 }
 
-/* Produces the batch in id order; a key refused at once holds its rest. */
+/* Stopping, or the producer must go: produce nothing, see the window through. */
+static bool
+draining(WorkerState *st)
+{
+	return ProcDiePending || st->rebuild_producer;
+}
+
+/*
+ * The first failure stops production: what librdkafka has not sent yet is
+ * dropped (it fails as "purged"), so nothing behind the failure goes out
+ * before it, and the worker reads again from it once the window settled.
+ */
+static void
+start_rewind(WorkerState *st)
+{
+	st->rewinding = true;
+	if (st->producer != NULL)
+		outbox_producer_purge_queued(st->producer);
+	ereport(DEBUG1,
+			(errmsg_internal("%s: a delivery failed, rewinding once %d event(s) in flight are reported",
+							 worker_name, outbox_window_in_flight(st->window))));
+}
+
+static void
+serve_reports(WorkerState *st)
+{
+	OutboxReports reports = {0};
+
+	if (st->producer == NULL)
+		return;
+	outbox_producer_serve(st->producer, &reports);
+	outbox_window_reported(st->window, &reports);
+	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
+		start_rewind(st);
+	if (!st->rebuild_producer && outbox_producer_is_fatal(st->producer))
+	{
+		ereport(LOG, (errmsg("%s: the Kafka producer failed, rebuilding it", worker_name)));
+		st->rebuild_producer = true;
+	}
+}
+
+/*
+ * A stop request (SIGTERM) or a producer rebuild waits at most
+ * outbox.shutdown_timeout for the reports in flight, then purges the rest:
+ * it stays in the outbox for the next attempt. Reports that do not come
+ * back even then leave their events' fate unknown, and the producer goes
+ * (destroying it is the only way to be sure no late report lands in
+ * memory about to be reused).
+ */
+static void
+give_up_late_reports(WorkerState *st)
+{
+	OutboxReports reports = {0};
+
+	if (outbox_window_in_flight(st->window) == 0 || st->producer == NULL)
+		return;
+	if (st->drain_deadline == 0)
+		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 outbox_shutdown_timeout_ms);
+	if (GetCurrentTimestamp() < st->drain_deadline)
+		return;
+	outbox_producer_purge(st->producer, &reports);
+	outbox_window_reported(st->window, &reports);
+	if (outbox_window_in_flight(st->window) > 0)
+	{
+		drop_producer(st);
+		outbox_window_abandon(st->window, "no delivery report before the producer was stopped");
+	}
+}
+
+/*
+ * When nothing got through and Kafka said "later" for everything, Kafka
+ * is down or unreachable: keep the rows untouched and read them again, in
+ * order, after a back-off, instead of writing a retry time on each row.
+ */
+static bool
+kafka_unavailable(OutboxEvent **events, int n)
+{
+	int			retriable = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		EventOutcome outcome = events[i]->outcome;
+
+		if (outcome == EVENT_DELIVERED || outcome == EVENT_FAILED_PERMANENT)
+			return false;
+		if (outcome == EVENT_FAILED_RETRIABLE)
+			retriable++;
+	}
+	if (retriable == 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (events[i]->outcome == EVENT_FAILED_RETRIABLE)
+			events[i]->outcome = EVENT_NOT_SENT;
+	return true;
+}
+
+static void
+log_refusals(OutboxEvent **events, int n)
+{
+	OutboxEvent *first = NULL;
+	int			refused = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (events[i]->outcome != EVENT_FAILED_PERMANENT)
+			continue;
+		if (first == NULL || events[i]->id < first->id)
+			first = events[i];
+		refused++;
+	}
+	if (first != NULL)
+		ereport(LOG,
+				(errmsg("%s: Kafka refused %d event(s), the first with id " INT64_FORMAT ": %s",
+						worker_name, refused, first->id, first->error),
+				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
+}
+
+/* The lowest id of a settled list that stays in the outbox. */
+static int64
+lowest_left_behind(OutboxEvent **events, int n)
+{
+	int64		lowest = PG_INT64_MAX;
+
+	for (int i = 0; i < n; i++)
+		if (events[i]->outcome != EVENT_DELIVERED)
+			lowest = Min(lowest, events[i]->id);
+	return lowest;
+}
+
+static bool
+any_delivered(OutboxEvent **events, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (events[i]->outcome == EVENT_DELIVERED)
+			return true;
+	return false;
+}
+
+/*
+ * Whether to settle now: in groups while the pipeline runs; after a
+ * failure or when stopping, once, when every report is in.
+ */
+static bool
+settle_due(WorkerState *st)
+{
+	TimestampTz since;
+	int			unsettled = outbox_window_unsettled(st->window, &since);
+	int64		bytes;
+
+	if (unsettled == 0 || backing_off(st))
+		return false;
+	if (st->rewinding || draining(st))
+		return outbox_window_in_flight(st->window) == 0;
+	return unsettled >= outbox_batch_size ||
+		outbox_window_room(st->window, &bytes) == 0 ||
+		ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)) <= 0;
+}
+
+/*
+ * Deletes what Kafka acknowledged and records failures, in one
+ * transaction; the cursor comes back to any event left in the outbox.
+ */
+static void
+settle(WorkerState *st)
+{
+	OutboxEvent **events;
+	Oid			extension_oid;
+	int			n = outbox_window_to_settle(st->window, &events, &extension_oid);
+	bool		final = st->rewinding && outbox_window_in_flight(st->window) == 0;
+	bool		unavailable = false;
+
+	if (n == 0)
+		return;
+	outbox_stats_settled(events, n);
+	if (final)
+		unavailable = kafka_unavailable(events, n);
+	log_refusals(events, n);
+	if (!outbox_settle_events(events, n, extension_oid, st->shard))
+		ereport(LOG,
+				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
+						worker_name)));
+	st->cursor = Min(st->cursor, lowest_left_behind(events, n));
+	if (any_delivered(events, n))
+		st->kafka_failures = 0;
+	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
+
+	if (st->rewinding && outbox_window_failed(st->window) == 0 &&
+		outbox_window_in_flight(st->window) == 0)
+	{
+		st->rewinding = false;
+		st->read_wanted = true;
+		if (unavailable)
+		{
+			ereport(DEBUG1, (errmsg_internal("%s: Kafka took none of the events in flight", worker_name)));
+			st->kafka_failures++;
+			back_off(st);
+		}
+	}
+}
+
+/* Produces a read in id order; a key refused at once holds its rest. */
 static void
 produce_batch(WorkerState *st, OutboxBatch *batch)
 {
@@ -222,144 +444,22 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 			continue;
 
 		outbox_message_build(event, outbox_instance_id(), &record);
-		if (!outbox_producer_produce(st->producer, batch, event, &record))
+		if (outbox_producer_produce(st->producer, event, &record))
+			outbox_window_produced(st->window, event);
+		else
+		{
 			refused[nrefused++] = i;
-	}
-}
-
-/*
- * Reports that did not come back even after a purge: their fate is
- * unknown, so the events stay for another attempt, and the producer goes
- * (destroying it is the only way to be sure no late report lands in
- * memory about to be reused).
- */
-static void
-abandon_reports(WorkerState *st, OutboxBatch *batch)
-{
-	drop_producer(st);
-	for (int i = 0; i < batch->nevents; i++)
-	{
-		if (batch->events[i].outcome != EVENT_IN_FLIGHT)
-			continue;
-		batch->events[i].outcome = EVENT_FAILED_RETRIABLE;
-		batch->events[i].error = "no delivery report before the producer was stopped";
-	}
-	batch->in_flight = 0;
-}
-
-/* The state to show: "otherwise", unless the producer finds Kafka down. */
-static OutboxShardState
-kafka_state(WorkerState *st, OutboxShardState otherwise)
-{
-	if (st->producer != NULL && outbox_producer_kafka_down(st->producer))
-		return SHARD_WAITING_FOR_KAFKA;
-	return otherwise;
-}
-
-/* The lowest id the worker may still have to deliver. */
-static int64
-lowest_undelivered_id(WorkerState *st)
-{
-	int64		id = st->cursor;
-
-	if (st->in_flight != NULL && st->in_flight->nevents > 0)
-		id = Min(id, st->in_flight->events[0].id);
-	if (st->settling != NULL && st->settling->nevents > 0)
-		id = Min(id, st->settling->events[0].id);
-	return id;
-}
-
-/*
- * What the worker does about once a second whatever it is waiting for:
- * publish what its producer knows of Kafka, and look at the shard's lag.
- * Outside any transaction.
- */
-static void
-look_around(WorkerState *st)
-{
-	if (st->producer != NULL)
-	{
-		outbox_producer_poll(st->producer);
-		outbox_producer_report_state(st->producer);
-		outbox_producer_publish_brokers(st->producer);
-	}
-	outbox_check_lag(st->shard, lowest_undelivered_id(st));
-}
-
-/*
- * Serves delivery reports until every event is settled. A stop request
- * (SIGTERM) or a producer rebuild waits at most outbox.shutdown_timeout,
- * then purges the rest, which stays in the outbox for the next attempt.
- */
-static void
-wait_for_reports(WorkerState *st, OutboxBatch *batch)
-{
-	TimestampTz deadline = 0;
-
-	while (batch->in_flight > 0)
-	{
-		if (ProcDiePending || st->rebuild_producer)
-		{
-			if (deadline == 0)
-				deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   outbox_shutdown_timeout_ms);
-			if (GetCurrentTimestamp() >= deadline)
-			{
-				outbox_producer_purge(st->producer);
-				break;
-			}
-		}
-		if (!PostmasterIsAlive())
-			proc_exit(1);
-		if (ConfigReloadPending)
-			reload_settings(st);
-		outbox_producer_serve(st->producer, SERVE_SLICE_MS);
-		outbox_stats_set_state(kafka_state(st, SHARD_DELIVERING));
-		look_around(st);
-	}
-	if (batch->in_flight > 0)
-		abandon_reports(st, batch);
-}
-
-/*
- * When nothing got through and Kafka said "later" for everything, Kafka
- * is down or unreachable: keep the rows untouched and retry them all, in
- * order, after a back-off, instead of writing a retry time on each row.
- */
-static bool
-kafka_unavailable(OutboxBatch *batch)
-{
-	int			retriable = 0;
-	const char *error = NULL;
-
-	for (int i = 0; i < batch->nevents; i++)
-	{
-		EventOutcome outcome = batch->events[i].outcome;
-
-		if (outcome == EVENT_DELIVERED || outcome == EVENT_FAILED_PERMANENT)
-			return false;
-		if (outcome == EVENT_FAILED_RETRIABLE)
-		{
-			retriable++;
-			error = batch->events[i].error;
+			outbox_window_refused(st->window, event);
 		}
 	}
-	if (retriable == 0)
-		return false;
-	ereport(DEBUG1,
-			(errmsg_internal("outbox: Kafka took none of %d events: %s", retriable, error)));
-	for (int i = 0; i < batch->nevents; i++)
-		if (batch->events[i].outcome == EVENT_FAILED_RETRIABLE)
-			batch->events[i].outcome = EVENT_SKIPPED;
-	return true;
 }
 
 /*
  * The next read starts at the lowest id that may still be in the outbox
- * for us: an event of this batch that will not be deleted (events in
- * flight are counted as delivered: if one fails, the cursor is computed
- * again once the batch is settled), one waiting for its retry, one an open
- * transaction may still commit, or the first id not read.
+ * for us: one of this read not produced, one waiting for its retry, one an
+ * open transaction may still commit, or the first id not read. (Events in
+ * flight count as delivered: if one fails, the settle moves the cursor
+ * back to it.)
  */
 static int64
 next_cursor(OutboxBatch *batch)
@@ -379,107 +479,10 @@ next_cursor(OutboxBatch *batch)
 	return cursor;
 }
 
-static bool
-all_delivered(OutboxBatch *batch)
-{
-	for (int i = 0; i < batch->nevents; i++)
-		if (batch->events[i].outcome != EVENT_DELIVERED)
-			return false;
-	return true;
-}
-
-static void
-log_refusals(WorkerState *st, OutboxBatch *batch)
-{
-	OutboxEvent *first = NULL;
-	int			refused = 0;
-
-	for (int i = 0; i < batch->nevents; i++)
-	{
-		if (batch->events[i].outcome != EVENT_FAILED_PERMANENT)
-			continue;
-		if (first == NULL)
-			first = &batch->events[i];
-		refused++;
-	}
-	if (first != NULL)
-		ereport(LOG,
-				(errmsg("%s: Kafka refused %d event(s), the first with id " INT64_FORMAT ": %s",
-						worker_name, refused, first->id, first->error),
-				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
-}
-
-static MemoryContext
-batch_context(WorkerState *st, OutboxBatch *batch)
-{
-	return st->batch_contexts[batch - st->batches];
-}
-
-/*
- * The batch slot neither in flight nor settling, emptied for the next
- * read. A read happens only once the previous batch was settled, so one
- * of the two slots is always free then.
- */
-static OutboxBatch *
-free_slot(WorkerState *st)
-{
-	int			slot = (st->in_flight == &st->batches[0]) ? 1 : 0;
-
-	Assert(st->settling == NULL);
-	MemoryContextReset(st->batch_contexts[slot]);
-	return &st->batches[slot];
-}
-
-/* Drops from batch the events of the batch in flight (read again because
- * an open transaction's lower id made the scan start below them). */
-static void
-drop_in_flight_events(OutboxBatch *batch, OutboxBatch *in_flight)
-{
-	int			kept = 0;
-	int			j = 0;
-
-	/* ids start again at 1 in a re-created extension: not the same events */
-	if (batch->extension_oid != in_flight->extension_oid)
-		return;
-	for (int i = 0; i < batch->nevents; i++)
-	{
-		int64		id = batch->events[i].id;
-
-		/* both batches are in id order */
-		while (j < in_flight->nevents && in_flight->events[j].id < id)
-			j++;
-		if (j < in_flight->nevents && in_flight->events[j].id == id)
-			continue;
-		batch->events[kept++] = batch->events[i];
-	}
-	batch->nevents = kept;
-}
-
-/* Reads the next batch from the cursor; NULL while the extension is absent. */
-static OutboxBatch *
-read_next_batch(WorkerState *st)
-{
-	OutboxBatch *batch = free_slot(st);
-	MemoryContext old = MemoryContextSwitchTo(batch_context(st, batch));
-	bool		found;
-
-	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor,
-							  outbox_batch_size, st->rewind_generation);
-	MemoryContextSwitchTo(old);
-	if (!found)
-	{
-		st->extension_gone = true;
-		return NULL;
-	}
-	if (st->in_flight != NULL)
-		drop_in_flight_events(batch, st->in_flight);
-	return batch;
-}
-
 /*
  * Takes in what a read saw: where the next read starts, and the rewind
- * (dead letters put back) it covered. Only a read whose batch is used may
- * do so: one thrown away must leave the rewind for the next read.
+ * (dead letters put back) it covered. Only a read whose events were
+ * produced may do so: one thrown away must leave the rewind for the next.
  */
 static void
 take_in_read(WorkerState *st, OutboxBatch *batch)
@@ -489,219 +492,197 @@ take_in_read(WorkerState *st, OutboxBatch *batch)
 }
 
 /*
- * Produces a batch once the commits it saw are durable. Returns false,
- * producing nothing, when the worker stops before that.
+ * Reads what has committed from the cursor, as much as the window has
+ * room for, and produces it once the commits it saw are durable.
  */
-static bool
-start_batch(WorkerState *st, OutboxBatch *batch)
+static void
+read_and_produce(WorkerState *st)
 {
+	int64		bytes;
+	int			room = outbox_window_room(st->window, &bytes);
+	MemoryContext batch_context;
 	MemoryContext old;
+	OutboxBatch *batch;
+	bool		found;
 
-	/*
-	 * Settles commit asynchronously (they are not on the path of a commit
-	 * fsync, which other sessions' commits usually do for them), but a
-	 * settle's deletes must be durable before the batch after next is
-	 * produced: then a crash re-sends at most the two batches in flight.
-	 */
-	if (!XLogRecPtrIsInvalid(st->settled_lsn))
-		XLogFlush(st->settled_lsn);
-	if (!outbox_wait_durable(batch->visible_lsn))
-		return false;
-	pgstat_report_activity(STATE_RUNNING, "outbox: producing a batch");
-	/* in flight before the first message: an error halfway keeps it */
-	st->in_flight = batch;
-	take_in_read(st, batch);
-	outbox_stats_set_state(SHARD_DELIVERING);
-	old = MemoryContextSwitchTo(batch_context(st, batch));
+	if (room <= 0)
+		return;
+	batch = outbox_window_new_batch(st->window, &batch_context);
+	old = MemoryContextSwitchTo(batch_context);
+	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor,
+							  Min(outbox_batch_size, room), bytes, st->rewind_generation);
+	MemoryContextSwitchTo(old);
+	st->read_wanted = found && batch->more;
+	st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   outbox_poll_interval_ms);
+	if (!found)
+	{
+		outbox_window_discard(st->window, batch);
+		st->extension_gone = true;
+		return;
+	}
+	outbox_window_drop_known(st->window, batch);
+	if (batch->nevents == 0 || !outbox_wait_durable(batch->visible_lsn))
+	{
+		if (batch->nevents == 0)
+			take_in_read(st, batch);
+		outbox_window_discard(st->window, batch);
+		return;
+	}
+	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
+	/* in the window before the first message: an error halfway keeps it */
+	outbox_window_add(st->window, batch);
+	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
 	MemoryContextSwitchTo(old);
-	outbox_stats_in_flight(batch);
+	take_in_read(st, batch);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* The state to show: "otherwise", unless the producer finds Kafka down. */
+static OutboxShardState
+kafka_state(WorkerState *st, OutboxShardState otherwise)
+{
+	if (st->producer != NULL && outbox_producer_kafka_down(st->producer))
+		return SHARD_WAITING_FOR_KAFKA;
+	return otherwise;
+}
+
+static void
+publish_state(WorkerState *st)
+{
+	if (st->kafka_failures > 0 && backing_off(st))
+		outbox_stats_set_state(SHARD_WAITING_FOR_KAFKA);
+	else if (backing_off(st))
+		outbox_stats_set_state(SHARD_BACKING_OFF);
+	else if (!outbox_window_is_empty(st->window))
+		outbox_stats_set_state(kafka_state(st, SHARD_DELIVERING));
+	else
+		outbox_stats_set_state(kafka_state(st, SHARD_IDLE));
+}
+
+/*
+ * Whether the worker may read and produce: enabled, a primary, producing
+ * (not rewinding, draining or backing off), with a producer.
+ */
+static bool
+may_read(WorkerState *st)
+{
+	if (st->rewinding || draining(st) || backing_off(st))
+		return false;
+	if (!outbox_enabled)
+	{
+		if (outbox_window_is_empty(st->window))
+		{
+			outbox_stats_set_state(SHARD_PAUSED);
+			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
+		}
+		return false;
+	}
+	if (RecoveryInProgress())
+	{
+		if (outbox_window_is_empty(st->window))
+		{
+			outbox_stats_set_state(SHARD_RECOVERY);
+			log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
+		}
+		return false;
+	}
+	if (!ensure_producer(st))
+		return false;
+	st->logged_wait = WAIT_NONE;
 	return true;
 }
 
-static bool
-may_start_batch(WorkerState *st)
+/* A drained window lets a producer that must go be rebuilt. */
+static void
+drop_drained_producer(WorkerState *st)
 {
-	return outbox_enabled && !ProcDiePending && !st->rebuild_producer &&
-		!RecoveryInProgress();
+	if (st->rebuild_producer && outbox_window_is_empty(st->window))
+	{
+		if (st->producer != NULL)
+			ereport(LOG, (errmsg("%s: rebuilding the Kafka producer", worker_name)));
+		drop_producer(st);
+	}
 }
 
 /*
- * Deletes what Kafka acknowledged and records failures. An error leaves
- * the batch settling: the next pass retries the settle alone, after a
- * back-off, and never produces the batch again.
+ * One turn of the pipeline: serve reports, settle what is due, read and
+ * produce what has committed.
  */
 static void
-settle(WorkerState *st)
-{
-	OutboxBatch *batch = st->settling;
-
-	outbox_finish_batch(batch, st->shard);
-	st->settled_lsn = XactLastCommitEnd;
-	st->settling = NULL;
-	outbox_stats_in_flight(st->in_flight);
-	if (st->in_flight == NULL)
-		st->cursor = next_cursor(batch);
-	/* an idle worker holds no payloads */
-	MemoryContextReset(batch_context(st, batch));
-	batch->nevents = 0;
-	batch->events = NULL;
-}
-
-/*
- * One step of the delivery pipeline: read the next batch while Kafka
- * acknowledges the one in flight, then settle that one; the next is
- * produced before the settling transaction, so its acknowledgements come
- * while the database works. A batch is produced only after the previous
- * one was delivered in full: after any failure the worker rereads from the
- * failed event, so per-key order holds. Returns how long to sleep before
- * the next step (0: go on at once).
- */
-static long
-deliver_step(WorkerState *st)
-{
-	OutboxBatch *done;
-	OutboxBatch *next = NULL;
-	bool		unavailable = false;
-
-	if (st->settling != NULL)
-		settle(st);
-	done = st->in_flight;
-	if (may_start_batch(st))
-	{
-		next = read_next_batch(st);
-		if (next == NULL && done == NULL)
-			return outbox_poll_interval_ms;
-	}
-	if (done == NULL)
-	{
-		/* without a producer (a settle retried after it was dropped), the
-		 * next pass makes one before anything is produced */
-		if (next == NULL || next->nevents == 0 || st->producer == NULL)
-		{
-			if (next != NULL && next->nevents == 0)
-				take_in_read(st, next);
-			outbox_stats_set_state(kafka_state(st, SHARD_IDLE));
-			return outbox_poll_interval_ms;
-		}
-		start_batch(st, next);
-		return 0;
-	}
-
-	wait_for_reports(st, done);
-	outbox_stats_batch_done(done);
-	unavailable = kafka_unavailable(done);
-	log_refusals(st, done);
-	st->in_flight = NULL;
-	st->settling = done;
-	if (all_delivered(done) && next != NULL && next->nevents > 0 &&
-		may_start_batch(st) && st->producer != NULL)
-		start_batch(st, next);
-	settle(st);
-	pgstat_report_activity(STATE_IDLE, NULL);
-
-	if (unavailable)
-	{
-		outbox_stats_set_state(SHARD_WAITING_FOR_KAFKA);
-		return back_off(st);
-	}
-	st->backoff_ms = 0;
-	st->backoff_until = 0;
-	return 0;
-}
-
-/*
- * A stop request (SIGTERM) must not cut a step short while a batch is in
- * flight, or its acknowledgements would be lost and the batch sent again:
- * interrupts are held, the step notices the request itself
- * (ProcDiePending), waits at most outbox.shutdown_timeout for the
- * acknowledgements, deletes what was acknowledged and starts nothing new;
- * the main loop then exits.
- */
-static long
 deliver(WorkerState *st)
 {
-	long		wait_ms;
+	serve_reports(st);
+	if (draining(st))
+		give_up_late_reports(st);
+	if (settle_due(st))
+		settle(st);
+	drop_drained_producer(st);
+	if (!st->adopted_orphans && may_read(st))
+	{
+		int			adopted = outbox_reshard_orphans(st->shard);
 
-	HOLD_INTERRUPTS();
-	wait_ms = deliver_step(st);
-	RESUME_INTERRUPTS();
-	return wait_ms;
+		if (adopted > 0)
+			ereport(LOG,
+					(errmsg("%s: adopted %d event(s) of removed shards", worker_name, adopted)));
+		st->adopted_orphans = true;
+	}
+	if (st->read_wanted || GetCurrentTimestamp() >= st->next_read_at)
+	{
+		if (may_read(st))
+			read_and_produce(st);
+		else if (!st->rewinding && !draining(st) && !backing_off(st))
+		{
+			/* paused, in recovery or without a producer: look again later */
+			st->read_wanted = false;
+			st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   outbox_poll_interval_ms);
+		}
+	}
 }
 
 /*
- * After an error in a pass: the batches survive it (their memory is the
- * worker's, not the transaction's), so the one in flight is still seen
- * through and the one settling is settled again later, without being sent
- * again. Only a stopping worker gives them up, rather than retry an error
- * until the postmaster loses patience.
+ * After an error in a pass: the window survives it (its memory is the
+ * worker's, not the transaction's), so what is in flight is still seen
+ * through and settled later, without being sent again. Only a stopping
+ * worker gives it up, rather than retry an error until the postmaster
+ * loses patience.
  */
 static void
 recover_from_error(WorkerState *st)
 {
-	if (ProcDiePending && (st->in_flight != NULL || st->settling != NULL))
+	if (ProcDiePending)
 	{
-		if (st->in_flight != NULL)
-			abandon_reports(st, st->in_flight);
-		st->in_flight = NULL;
-		st->settling = NULL;
+		drop_producer(st);
+		st->gave_up = true;
 	}
-	if (st->in_flight == NULL && st->settling == NULL)
+	if (outbox_window_is_empty(st->window))
 		st->cursor = 0;
 }
 
 /*
  * One pass with its own error recovery: an error is logged, the
- * transaction rolled back, and the pass retried after a back-off.
+ * transaction rolled back, and the pass retried after a back-off. A stop
+ * request (SIGTERM) must not cut a pass short while events are in flight,
+ * or their acknowledgements would be lost and the events sent again:
+ * interrupts are held, and the pass notices the request itself.
  */
-static long
+static void
 run_pass(WorkerState *st)
 {
 	MemoryContext pass_context = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
-	volatile long wait_ms = 0;
-
-	/* a back-off holds also a settle to retry; a stop request cuts it short */
-	wait_ms = backoff_remaining_ms(st);
-	if (wait_ms > 0 && !ProcDiePending)
-		return wait_ms;
-	/* with a batch in flight or settling, always see it through */
-	if (st->in_flight == NULL && st->settling == NULL)
-	{
-		if (!outbox_enabled)
-		{
-			outbox_stats_set_state(SHARD_PAUSED);
-			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
-			return outbox_poll_interval_ms;
-		}
-		if (RecoveryInProgress())
-		{
-			outbox_stats_set_state(SHARD_RECOVERY);
-			log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
-			return outbox_poll_interval_ms;
-		}
-		if (!ensure_producer(st))
-			return outbox_poll_interval_ms;
-		st->logged_wait = WAIT_NONE;
-	}
 
 	PG_TRY();
 	{
-		if (!st->adopted_orphans)
-		{
-			int			adopted = outbox_reshard_orphans(st->shard);
-
-			if (adopted > 0)
-				ereport(LOG,
-						(errmsg("%s: adopted %d event(s) of removed shards",
-								worker_name, adopted)));
-			st->adopted_orphans = true;
-		}
-		wait_ms = deliver(st);
+		HOLD_INTERRUPTS();
+		deliver(st);
+		RESUME_INTERRUPTS();
+		st->pass_failures = 0;
 	}
 	PG_CATCH();
 	{
-		/* an error skips deliver()'s RESUME_INTERRUPTS */
 		ErrorData  *error;
 
 		InterruptHoldoffCount = holdoff;
@@ -711,27 +692,110 @@ run_pass(WorkerState *st)
 		FlushErrorState();
 		AbortCurrentTransaction();
 		outbox_stats_error(error->message);
-		outbox_stats_set_state(SHARD_BACKING_OFF);
+		st->pass_failures++;
+		back_off(st);
 		recover_from_error(st);
-		wait_ms = back_off(st);
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(pass_context);
-	return wait_ms;
+	publish_state(st);
 }
 
 /*
- * Interrupts between passes. A stop is honoured only with nothing in
- * flight or settling (a pass sees those through first); a cancel
- * (pg_cancel_backend) has no statement to cancel here, and left pending it
- * would turn into FATAL outside any error handler.
+ * Interrupts between passes. A stop is honoured only once the window is
+ * empty (a pass sees it through first); a cancel (pg_cancel_backend) has
+ * no statement to cancel here, and left pending it would turn into FATAL
+ * outside any error handler.
  */
 static void
 handle_interrupts(WorkerState *st)
 {
 	QueryCancelPending = false;
-	if (st->in_flight == NULL && st->settling == NULL)
+	if (st->gave_up || outbox_window_is_empty(st->window))
 		CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * What the worker does about once a second whatever it is waiting for:
+ * publish what its producer knows of Kafka, and look at the shard's lag.
+ * Outside any transaction.
+ */
+static void
+look_around(WorkerState *st)
+{
+	if (st->producer != NULL)
+	{
+		outbox_producer_report_state(st->producer);
+		outbox_producer_publish_brokers(st->producer);
+	}
+	outbox_check_lag(st->shard, Min(st->cursor, outbox_window_lowest_id(st->window)));
+}
+
+/* The wait set: the latch, postmaster death, and the producer's pipe. */
+static WaitEventSet *
+wait_set(WorkerState *st)
+{
+	if (st->wait_set != NULL && st->wait_producer == st->producer)
+		return st->wait_set;
+	if (st->wait_set != NULL)
+		FreeWaitEventSet(st->wait_set);
+#if PG_VERSION_NUM >= 170000
+	st->wait_set = CreateWaitEventSet(NULL, 3);
+#else
+	st->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+#endif
+	AddWaitEventToSet(st->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(st->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	if (st->producer != NULL)
+		AddWaitEventToSet(st->wait_set, WL_SOCKET_READABLE,
+						  outbox_producer_wait_fd(st->producer), NULL, NULL);
+	st->wait_producer = st->producer;
+	return st->wait_set;
+}
+
+/* How long nothing is due: a read, a settle, the end of a back-off or drain. */
+static long
+idle_ms(WorkerState *st)
+{
+	long		ms = LOOK_AROUND_MS;
+	TimestampTz since;
+	int64		bytes;
+
+	/* a stop waits for nothing once the window is empty */
+	if ((ProcDiePending || st->gave_up) && outbox_window_is_empty(st->window))
+		return 0;
+	if (!backing_off(st))
+	{
+		if (!st->rewinding && !draining(st) && outbox_window_room(st->window, &bytes) > 0)
+			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
+		if (outbox_window_unsettled(st->window, &since) > 0 && !st->rewinding && !draining(st))
+			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
+	}
+	else
+		ms = Min(ms, ms_until(st->backoff_until));
+	if (st->drain_deadline != 0)
+		ms = Min(ms, ms_until(st->drain_deadline));
+	return Max(ms, 0);
+}
+
+/*
+ * Sleeps until something is due, a commit sets the latch (a read is
+ * wanted), or librdkafka has reports for us.
+ */
+static void
+wait_for_work(WorkerState *st)
+{
+	WaitEvent	event;
+	long		ms = idle_ms(st);
+
+	if (ms == 0)
+		return;
+	if (WaitEventSetWait(wait_set(st), ms, &event, 1, PG_WAIT_EXTENSION) > 0 &&
+		(event.events & WL_LATCH_SET))
+	{
+		ResetLatch(MyLatch);
+		st->read_wanted = true;
+	}
 }
 
 /*
@@ -753,36 +817,12 @@ force_session_settings(void)
 		{"idle_in_transaction_session_timeout", "0"},
 		{"session_replication_role", "origin"},
 		{"plan_cache_mode", "auto"},
-		/* see start_batch() for how durability is kept */
+		/* settles commit asynchronously; see window.c for the crash bound */
 		{"synchronous_commit", "off"},
 	};
 
 	for (size_t i = 0; i < lengthof(settings); i++)
 		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
-}
-
-/*
- * Sleeps until the next pass is due or a commit (the latch) calls for one,
- * but at most a second, so look_around() runs that often.
- */
-static void
-wait_for_next_pass(WorkerState *st)
-{
-	long		secs;
-	int			usecs;
-	long		ms;
-	int			rc;
-
-	TimestampDifference(GetCurrentTimestamp(), st->next_pass_at, &secs, &usecs);
-	ms = secs * 1000 + usecs / 1000;
-	if (ms <= 0)
-		return;
-	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-				   Min(ms, LOOK_AROUND_MS), PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
-	if (rc & WL_LATCH_SET)
-		st->next_pass_at = 0;
-	handle_interrupts(st);
 }
 
 /*
@@ -844,11 +884,10 @@ outbox_worker_main(Datum main_arg)
 
 	connect_to_database(&st);
 	before_shmem_exit(drop_producer_at_exit, PointerGetDatum(&st));
-	for (int i = 0; i < 2; i++)
-		st.batch_contexts[i] = AllocSetContextCreate(TopMemoryContext, "outbox batch",
-													 ALLOCSET_DEFAULT_SIZES);
+	st.window = outbox_window_create();
 	st.pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											ALLOCSET_DEFAULT_SIZES);
+	st.read_wanted = true;
 	ereport(LOG,
 			(errmsg("%s of %d started: delivering to %s", worker_name, outbox_shards,
 					outbox_brokers)));
@@ -856,20 +895,15 @@ outbox_worker_main(Datum main_arg)
 	for (;;)
 	{
 		handle_interrupts(&st);
-		/* what a pass allocates outside its batches lives until the next */
+		/* what a pass allocates outside the window lives until the next */
 		MemoryContextSwitchTo(st.pass_context);
 		MemoryContextReset(st.pass_context);
 		if (ConfigReloadPending)
-		{
 			reload_settings(&st);
-			st.next_pass_at = 0;
-		}
-		if (GetCurrentTimestamp() >= st.next_pass_at)
-			st.next_pass_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														  run_pass(&st));
+		run_pass(&st);
 		if (st.extension_gone)
 			exit_unless_extension(&st, false);
 		look_around(&st);
-		wait_for_next_pass(&st);
+		wait_for_work(&st);
 	}
 }

@@ -1,0 +1,37 @@
+/*
+ * backoff.c
+ *		The retry back-off policy, written once: exponential from
+ *		outbox.retry_backoff_min to outbox.retry_backoff_max.
+ */
+#include "backoff.h"
+#include "settings.h"
+
+int
+outbox_backoff_ms(int failures)
+{
+	int64		max_ms = Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms);
+	int64		wait_ms = outbox_retry_backoff_min_ms;
+
+	/* doubling stops at the cap long before the shift could overflow */
+	for (int i = 1; i < failures && wait_ms < max_ms; i++)
+		wait_ms *= 2;
+	return (int) Min(wait_ms, max_ms);
+}
+
+/*
+ * A broker that went away is tried again by librdkafka itself, within the
+ * same bounds but at most a second apart: a reconnect is cheap, and the
+ * worker should see Kafka back within about a second of its return.
+ */
+int
+outbox_reconnect_backoff_min_ms(void)
+{
+	return Min(outbox_backoff_ms(1), 1000);
+}
+
+int
+outbox_reconnect_backoff_max_ms(void)
+{
+	return Max(outbox_reconnect_backoff_min_ms(),
+			   Min(Max(outbox_retry_backoff_min_ms, outbox_retry_backoff_max_ms), 1000));
+}

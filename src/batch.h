@@ -1,0 +1,52 @@
+/*
+ * batch.h
+ *		The worker's SQL: find the extension, read the next committed events
+ *		of a shard, settle delivered and failed events.
+ */
+#ifndef OUTBOX_BATCH_H
+#define OUTBOX_BATCH_H
+
+#include "event.h"
+
+#include "access/xlogdefs.h"
+
+/* One read: events in id order, and what the read saw. */
+typedef struct OutboxBatch
+{
+	int			nevents;
+	OutboxEvent *events;
+	int64		bytes;			/* of the payloads and keys copied */
+	bool		more;			/* the read stopped at a limit: read again */
+	int64		scan_from;		/* the read covered ids from here */
+	int64		floor;			/* lowest id an open transaction can commit */
+	int64		held_min_id;	/* lowest id waiting for its retry time */
+	uint64		rewind_generation;	/* of the registry, when read */
+	Oid			extension_oid;	/* the extension the rows were read from */
+	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
+} OutboxBatch;
+
+extern int	outbox_reshard_orphans(int shard);
+extern bool outbox_extension_exists(void);
+
+/*
+ * Reads up to limit events (and max_bytes of payloads and keys, at least
+ * one event) into batch, in the current memory context.
+ */
+extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
+							  int64 cursor, int limit, int64 max_bytes,
+							  uint64 rewind_generation);
+
+/*
+ * Deletes the delivered events of a list and records the failed ones (retry
+ * times, dead letters), in one transaction; events of another extension
+ * than the current one (dropped since) are left alone. Returns false if
+ * that extension is gone.
+ */
+extern bool outbox_settle_events(OutboxEvent **events, int nevents,
+								 Oid extension_oid, int shard);
+
+extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at);
+extern int64 outbox_pending_count(int shard);
+extern const char *outbox_instance_id(void);
+
+#endif							/* OUTBOX_BATCH_H */

@@ -1,0 +1,49 @@
+/*
+ * producer.h
+ *		The worker's Kafka producer (librdkafka).
+ */
+#ifndef OUTBOX_PRODUCER_H
+#define OUTBOX_PRODUCER_H
+
+#include "message.h"
+
+typedef struct OutboxProducer OutboxProducer;
+
+/* What the delivery reports served by one call said. */
+typedef struct OutboxReports
+{
+	int			delivered;
+	int			failed;
+} OutboxReports;
+
+extern OutboxProducer *outbox_producer_create(const char *name,
+											  const char *client_id, char **error);
+extern void outbox_producer_destroy(OutboxProducer *producer);
+
+/*
+ * Hands one event to librdkafka; its delivery report writes the event's
+ * outcome. Returns false if it was refused at once (the outcome is
+ * written already). The record's memory must live until the report was
+ * served or the producer destroyed.
+ */
+extern bool outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
+									const OutboxRecord *record);
+
+/* Serves what librdkafka has for us, without waiting; adds to *reports. */
+extern void outbox_producer_serve(OutboxProducer *producer, OutboxReports *reports);
+
+/* Readable when librdkafka has something to serve: for WaitEventSet. */
+extern int	outbox_producer_wait_fd(OutboxProducer *producer);
+
+/* Fails what was not yet sent: nothing queued behind a failure goes out. */
+extern void outbox_producer_purge_queued(OutboxProducer *producer);
+
+/* Fails everything queued or in flight and serves the reports. */
+extern void outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports);
+
+extern bool outbox_producer_is_fatal(OutboxProducer *producer);
+extern void outbox_producer_report_state(OutboxProducer *producer);
+extern bool outbox_producer_kafka_down(OutboxProducer *producer);
+extern void outbox_producer_publish_brokers(OutboxProducer *producer);
+
+#endif							/* OUTBOX_PRODUCER_H */

@@ -1,0 +1,405 @@
+/*
+ * window.c
+ *		The in-flight window of a worker: every event it read and produced
+ *		and has not settled, as a list of reads (batches) in the order they
+ *		were read, each in its own memory context, freed once all its
+ *		events are settled. The window alone counts what is in flight,
+ *		reported and unsettled; the producer only writes each event's
+ *		outcome, and the worker asks the window what to do next.
+ *
+ * Settled events stay counted until the commit that settled them is
+ * flushed, so that a crash re-sends at most outbox.window_size events.
+ */
+#include "window.h"
+#include "settings.h"
+#include "stats.h"
+
+#include "access/xlog.h"
+#include "lib/ilist.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#if PG_VERSION_NUM >= 150000
+#define FLUSHED_UP_TO() GetFlushRecPtr(NULL)
+#else
+#define FLUSHED_UP_TO() GetFlushRecPtr()
+#endif
+
+typedef struct Chunk
+{
+	dlist_node	node;
+	MemoryContext context;		/* the batch's events and records */
+	OutboxBatch batch;
+	int			settled;		/* events of the batch settled */
+	int			first_unsettled;	/* no event before it is unsettled */
+} Chunk;
+
+struct OutboxWindow
+{
+	MemoryContext context;
+	dlist_head	chunks;			/* in the order they were read */
+	int			events;			/* not settled */
+	int64		bytes;			/* their payloads and keys */
+	int			in_flight;		/* produced, no report yet */
+	int			reported;		/* with an outcome, not settled */
+	int			failed;			/* of those, undelivered */
+	TimestampTz reported_since;	/* when reported went above 0 */
+	int64		max_id;			/* highest id taken in */
+	int			unflushed;		/* settled by a commit not yet flushed */
+	XLogRecPtr	unflushed_lsn;
+	Chunk	   *pending;		/* handed out, not yet added or discarded */
+};
+
+static Chunk *
+chunk_of(OutboxBatch *batch)
+{
+	return (Chunk *) ((char *) batch - offsetof(Chunk, batch));
+}
+
+static int64
+event_bytes(const OutboxEvent *event)
+{
+	return (int64) event->payloadlen + event->keylen;
+}
+
+OutboxWindow *
+outbox_window_create(void)
+{
+	MemoryContext context = AllocSetContextCreate(TopMemoryContext, "outbox window",
+												  ALLOCSET_SMALL_SIZES);
+	OutboxWindow *window = MemoryContextAllocZero(context, sizeof(OutboxWindow));
+
+	window->context = context;
+	dlist_init(&window->chunks);
+	return window;
+}
+
+static void
+forget_flushed(OutboxWindow *window)
+{
+	if (window->unflushed > 0 && FLUSHED_UP_TO() >= window->unflushed_lsn)
+		window->unflushed = 0;
+}
+
+int
+outbox_window_room(OutboxWindow *window, int64 *bytes)
+{
+	int			events;
+
+	forget_flushed(window);
+	events = outbox_window_size - window->events - window->unflushed;
+	if (events <= 0 && window->unflushed > 0)
+	{
+		XLogFlush(window->unflushed_lsn);
+		window->unflushed = 0;
+		events = outbox_window_size - window->events;
+	}
+	*bytes = (int64) outbox_window_bytes - window->bytes;
+	/* an empty window takes one event of any size */
+	if (window->events == 0)
+		*bytes = Max(*bytes, 1);
+	if (*bytes <= 0)
+		return 0;
+	return Max(events, 0);
+}
+
+OutboxBatch *
+outbox_window_new_batch(OutboxWindow *window, MemoryContext *context)
+{
+	Chunk	   *chunk;
+
+	/* left over by an error between reading and adding */
+	if (window->pending != NULL)
+		outbox_window_discard(window, &window->pending->batch);
+	chunk = MemoryContextAllocZero(window->context, sizeof(Chunk));
+	window->pending = chunk;
+
+	chunk->context = AllocSetContextCreate(window->context, "outbox batch",
+										   ALLOCSET_DEFAULT_SIZES);
+	*context = chunk->context;
+	return &chunk->batch;
+}
+
+void
+outbox_window_discard(OutboxWindow *window, OutboxBatch *batch)
+{
+	Chunk	   *chunk = chunk_of(batch);
+
+	Assert(chunk == window->pending);
+	window->pending = NULL;
+	MemoryContextDelete(chunk->context);
+	pfree(chunk);
+}
+
+static int
+compare_id(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = ((const OutboxEvent *) b)->id;
+
+	return (x > y) - (x < y);
+}
+
+static bool
+unsettled_in(Chunk *chunk, int64 id)
+{
+	OutboxEvent *found = bsearch(&id, chunk->batch.events, chunk->batch.nevents,
+								 sizeof(OutboxEvent), compare_id);
+
+	return found != NULL && !found->settled;
+}
+
+static bool
+known(OutboxWindow *window, Oid extension_oid, int64 id)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		/* ids start again at 1 in a re-created extension: not the same events */
+		if (chunk->batch.extension_oid == extension_oid && unsettled_in(chunk, id))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A read starts below the window when an open transaction holds a lower
+ * id: the events read again that are still in the window go.
+ */
+void
+outbox_window_drop_known(OutboxWindow *window, OutboxBatch *batch)
+{
+	int			kept = 0;
+
+	if (batch->nevents == 0 || batch->events[0].id > window->max_id)
+		return;
+	batch->bytes = 0;
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		if (known(window, batch->extension_oid, batch->events[i].id))
+			continue;
+		batch->events[kept++] = batch->events[i];
+		batch->bytes += event_bytes(&batch->events[i]);
+	}
+	batch->nevents = kept;
+}
+
+static void
+count_reported(OutboxWindow *window, int reported, int failed)
+{
+	if (reported > 0 && window->reported == 0)
+		window->reported_since = GetCurrentTimestamp();
+	window->reported += reported;
+	window->failed += failed;
+}
+
+/* The window's range of ids, for outbox_explain(). */
+static void
+publish_range(OutboxWindow *window)
+{
+	int64		lowest = outbox_window_lowest_id(window);
+
+	outbox_stats_in_flight(lowest == PG_INT64_MAX ? 0 : lowest, window->max_id);
+}
+
+void
+outbox_window_add(OutboxWindow *window, OutboxBatch *batch)
+{
+	Chunk	   *chunk = chunk_of(batch);
+
+	Assert(chunk == window->pending);
+	window->pending = NULL;
+	dlist_push_tail(&window->chunks, &chunk->node);
+	window->events += batch->nevents;
+	window->bytes += batch->bytes;
+	count_reported(window, batch->nevents, 0);
+	if (batch->nevents > 0)
+		window->max_id = Max(window->max_id, batch->events[batch->nevents - 1].id);
+	publish_range(window);
+}
+
+void
+outbox_window_produced(OutboxWindow *window, OutboxEvent *event)
+{
+	Assert(event->outcome == EVENT_IN_FLIGHT);
+	window->reported--;
+	window->in_flight++;
+}
+
+void
+outbox_window_refused(OutboxWindow *window, OutboxEvent *event)
+{
+	Assert(outbox_event_undelivered(event));
+	window->failed++;
+}
+
+void
+outbox_window_reported(OutboxWindow *window, const OutboxReports *reports)
+{
+	window->in_flight -= reports->delivered + reports->failed;
+	Assert(window->in_flight >= 0);
+	count_reported(window, reports->delivered + reports->failed, reports->failed);
+}
+
+void
+outbox_window_abandon(OutboxWindow *window, const char *why)
+{
+	dlist_iter	iter;
+	int			abandoned = 0;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = 0; i < chunk->batch.nevents; i++)
+		{
+			OutboxEvent *event = &chunk->batch.events[i];
+
+			if (event->outcome != EVENT_IN_FLIGHT)
+				continue;
+			event->outcome = EVENT_NOT_SENT;
+			event->error = why;
+			abandoned++;
+		}
+	}
+	window->in_flight = 0;
+	count_reported(window, abandoned, abandoned);
+}
+
+int
+outbox_window_in_flight(OutboxWindow *window)
+{
+	return window->in_flight;
+}
+
+int
+outbox_window_failed(OutboxWindow *window)
+{
+	return window->failed;
+}
+
+bool
+outbox_window_is_empty(OutboxWindow *window)
+{
+	return window->events == 0;
+}
+
+int
+outbox_window_unsettled(OutboxWindow *window, TimestampTz *since)
+{
+	*since = window->reported_since;
+	return window->reported;
+}
+
+static bool
+to_settle(const OutboxEvent *event)
+{
+	return !event->settled && event->outcome != EVENT_IN_FLIGHT;
+}
+
+int
+outbox_window_to_settle(OutboxWindow *window, OutboxEvent ***events, Oid *extension_oid)
+{
+	OutboxEvent **list = palloc(sizeof(OutboxEvent *) * Max(window->reported, 1));
+	dlist_iter	iter;
+	int			n = 0;
+
+	*extension_oid = InvalidOid;
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+		{
+			OutboxEvent *event = &chunk->batch.events[i];
+
+			if (!to_settle(event))
+				continue;
+			/* one transaction settles the events of one extension */
+			if (*extension_oid == InvalidOid)
+				*extension_oid = chunk->batch.extension_oid;
+			if (chunk->batch.extension_oid != *extension_oid)
+				break;
+			list[n++] = event;
+		}
+	}
+	*events = list;
+	return n;
+}
+
+static void
+free_chunk_if_done(Chunk *chunk)
+{
+	while (chunk->first_unsettled < chunk->batch.nevents &&
+		   chunk->batch.events[chunk->first_unsettled].settled)
+		chunk->first_unsettled++;
+	if (chunk->settled < chunk->batch.nevents)
+		return;
+	dlist_delete(&chunk->node);
+	MemoryContextDelete(chunk->context);
+	pfree(chunk);
+}
+
+static void
+mark_settled(OutboxWindow *window, OutboxEvent *event)
+{
+	event->settled = true;
+	window->events--;
+	window->bytes -= event_bytes(event);
+	window->reported--;
+	if (outbox_event_undelivered(event))
+		window->failed--;
+}
+
+/*
+ * The list is in the order outbox_window_to_settle() made it: chunk by
+ * chunk, so one walk finds each event's chunk.
+ */
+void
+outbox_window_settled(OutboxWindow *window, OutboxEvent **events, int nevents,
+					  XLogRecPtr lsn)
+{
+	dlist_mutable_iter iter;
+	int			i = 0;
+
+	dlist_foreach_modify(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+		OutboxEvent *first = chunk->batch.events;
+		OutboxEvent *end = first + chunk->batch.nevents;
+
+		while (i < nevents && events[i] >= first && events[i] < end)
+		{
+			mark_settled(window, events[i++]);
+			chunk->settled++;
+		}
+		free_chunk_if_done(chunk);
+	}
+	Assert(i == nevents);
+	window->unflushed += nevents;
+	window->unflushed_lsn = Max(window->unflushed_lsn, lsn);
+	if (window->reported > 0)
+		window->reported_since = GetCurrentTimestamp();
+	if (window->events == 0)
+		window->max_id = 0;
+	publish_range(window);
+}
+
+int64
+outbox_window_lowest_id(OutboxWindow *window)
+{
+	dlist_iter	iter;
+	int64		lowest = PG_INT64_MAX;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		if (chunk->first_unsettled < chunk->batch.nevents)
+			lowest = Min(lowest, chunk->batch.events[chunk->first_unsettled].id);
+	}
+	return lowest;
+}
