@@ -25,6 +25,9 @@
 #define FLUSHED_UP_TO() GetFlushRecPtr()
 #endif
 
+/* How often the range of ids in the window is published while it changes. */
+#define PUBLISH_INTERVAL_MS 100
+
 typedef struct Chunk
 {
 	dlist_node	node;
@@ -48,6 +51,8 @@ struct OutboxWindow
 	int			unflushed;		/* settled by a commit not yet flushed */
 	XLogRecPtr	unflushed_lsn;
 	Chunk	   *pending;		/* handed out, not yet added or discarded */
+	bool		published;		/* a range was published, not "none" */
+	TimestampTz published_at;
 };
 
 static Chunk *
@@ -143,8 +148,13 @@ compare_id(const void *a, const void *b)
 static bool
 unsettled_in(Chunk *chunk, int64 id)
 {
-	OutboxEvent *found = bsearch(&id, chunk->batch.events, chunk->batch.nevents,
-								 sizeof(OutboxEvent), compare_id);
+	OutboxEvent *found;
+
+	if (chunk->batch.nevents == 0 || id < chunk->batch.events[0].id ||
+		id > chunk->batch.events[chunk->batch.nevents - 1].id)
+		return false;
+	found = bsearch(&id, chunk->batch.events, chunk->batch.nevents,
+					sizeof(OutboxEvent), compare_id);
 
 	return found != NULL && !found->settled;
 }
@@ -196,13 +206,24 @@ count_reported(OutboxWindow *window, int reported, int failed)
 	window->failed += failed;
 }
 
-/* The window's range of ids, for outbox_explain(). */
+/*
+ * The window's range of ids, for outbox_explain(): when it empties or
+ * fills, and otherwise at most every PUBLISH_INTERVAL_MS (finding the
+ * lowest id walks the reads).
+ */
 static void
 publish_range(OutboxWindow *window)
 {
-	int64		lowest = outbox_window_lowest_id(window);
+	TimestampTz now = GetCurrentTimestamp();
+	int64		lowest;
 
+	if (window->events > 0 && window->published &&
+		!TimestampDifferenceExceeds(window->published_at, now, PUBLISH_INTERVAL_MS))
+		return;
+	lowest = outbox_window_lowest_id(window);
 	outbox_stats_in_flight(lowest == PG_INT64_MAX ? 0 : lowest, window->max_id);
+	window->published = window->events > 0;
+	window->published_at = now;
 }
 
 void

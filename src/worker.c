@@ -86,6 +86,7 @@ typedef struct WorkerState
 	MemoryContext pass_context; /* what a pass allocates outside the window */
 	WaitEventSet *wait_set;
 	OutboxProducer *wait_producer;	/* whose pipe wait_set watches */
+	TimestampTz last_look;		/* see look_around() */
 } WorkerState;
 
 /* For the log, the envelope and Kafka's client.id: set once connected. */
@@ -208,7 +209,6 @@ ensure_producer(WorkerState *st)
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	if (st->producer == NULL)
 	{
-		outbox_stats_set_state(SHARD_BACKING_OFF);
 		outbox_stats_error(error);
 		log_wait_once(st, WAIT_PRODUCER,
 					  psprintf("cannot create the Kafka producer, waiting for a settings change: %s",
@@ -289,15 +289,20 @@ give_up_late_reports(WorkerState *st)
 }
 
 /*
- * When nothing got through and Kafka said "later" for everything, Kafka
- * is down or unreachable: keep the rows untouched and read them again, in
- * order, after a back-off, instead of writing a retry time on each row.
+ * When Kafka is down (no broker up) and said "later" for every event that
+ * failed, with nothing delivered or refused: keep the rows untouched and
+ * read them again, in order, after a back-off, instead of writing a retry
+ * time on each row. A partition without a leader, with the brokers up, is
+ * not that: its events record their failure and wait, holding back only
+ * their keys.
  */
 static bool
-kafka_unavailable(OutboxEvent **events, int n)
+kafka_unavailable(WorkerState *st, OutboxEvent **events, int n)
 {
 	int			retriable = 0;
 
+	if (st->producer != NULL && !outbox_producer_kafka_down(st->producer))
+		return false;
 	for (int i = 0; i < n; i++)
 	{
 		EventOutcome outcome = events[i]->outcome;
@@ -394,7 +399,7 @@ settle(WorkerState *st)
 		return;
 	outbox_stats_settled(events, n);
 	if (final)
-		unavailable = kafka_unavailable(events, n);
+		unavailable = kafka_unavailable(st, events, n);
 	log_refusals(events, n);
 	if (!outbox_settle_events(events, n, extension_oid, st->shard))
 		ereport(LOG,
@@ -548,17 +553,25 @@ kafka_state(WorkerState *st, OutboxShardState otherwise)
 	return otherwise;
 }
 
+/* The one place that says what the shard is doing, after each pass. */
 static void
 publish_state(WorkerState *st)
 {
+	OutboxShardState state;
+
 	if (st->kafka_failures > 0 && backing_off(st))
-		outbox_stats_set_state(SHARD_WAITING_FOR_KAFKA);
-	else if (backing_off(st))
-		outbox_stats_set_state(SHARD_BACKING_OFF);
+		state = SHARD_WAITING_FOR_KAFKA;
+	else if (backing_off(st) || st->logged_wait == WAIT_PRODUCER)
+		state = SHARD_BACKING_OFF;
 	else if (!outbox_window_is_empty(st->window))
-		outbox_stats_set_state(kafka_state(st, SHARD_DELIVERING));
+		state = kafka_state(st, SHARD_DELIVERING);
+	else if (!outbox_enabled)
+		state = SHARD_PAUSED;
+	else if (RecoveryInProgress())
+		state = SHARD_RECOVERY;
 	else
-		outbox_stats_set_state(kafka_state(st, SHARD_IDLE));
+		state = kafka_state(st, SHARD_IDLE);
+	outbox_stats_set_state(state);
 }
 
 /*
@@ -572,20 +585,12 @@ may_read(WorkerState *st)
 		return false;
 	if (!outbox_enabled)
 	{
-		if (outbox_window_is_empty(st->window))
-		{
-			outbox_stats_set_state(SHARD_PAUSED);
-			log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
-		}
+		log_wait_once(st, WAIT_DISABLED, "delivery paused (outbox.enabled = off)");
 		return false;
 	}
 	if (RecoveryInProgress())
 	{
-		if (outbox_window_is_empty(st->window))
-		{
-			outbox_stats_set_state(SHARD_RECOVERY);
-			log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
-		}
+		log_wait_once(st, WAIT_RECOVERY, "server is in recovery, waiting for promotion");
 		return false;
 	}
 	if (!ensure_producer(st))
@@ -607,8 +612,29 @@ drop_drained_producer(WorkerState *st)
 }
 
 /*
+ * What the worker does about once a second whatever it is waiting for:
+ * publish what its producer knows of Kafka, and look at the shard's lag.
+ * Part of a pass: its SQL must not let a stop request cut the pass short.
+ */
+static void
+look_around(WorkerState *st)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(st->last_look, now, LOOK_AROUND_MS))
+		return;
+	st->last_look = now;
+	if (st->producer != NULL)
+	{
+		outbox_producer_report_state(st->producer);
+		outbox_producer_publish_brokers(st->producer);
+	}
+	outbox_check_lag(st->shard, Min(st->cursor, outbox_window_lowest_id(st->window)));
+}
+
+/*
  * One turn of the pipeline: serve reports, settle what is due, read and
- * produce what has committed.
+ * produce what has committed; and look around.
  */
 static void
 deliver(WorkerState *st)
@@ -640,6 +666,7 @@ deliver(WorkerState *st)
 														   outbox_poll_interval_ms);
 		}
 	}
+	look_around(st);
 }
 
 /*
@@ -713,22 +740,6 @@ handle_interrupts(WorkerState *st)
 	QueryCancelPending = false;
 	if (st->gave_up || outbox_window_is_empty(st->window))
 		CHECK_FOR_INTERRUPTS();
-}
-
-/*
- * What the worker does about once a second whatever it is waiting for:
- * publish what its producer knows of Kafka, and look at the shard's lag.
- * Outside any transaction.
- */
-static void
-look_around(WorkerState *st)
-{
-	if (st->producer != NULL)
-	{
-		outbox_producer_report_state(st->producer);
-		outbox_producer_publish_brokers(st->producer);
-	}
-	outbox_check_lag(st->shard, Min(st->cursor, outbox_window_lowest_id(st->window)));
 }
 
 /* The wait set: the latch, postmaster death, and the producer's pipe. */
@@ -903,7 +914,6 @@ outbox_worker_main(Datum main_arg)
 		run_pass(&st);
 		if (st.extension_gone)
 			exit_unless_extension(&st, false);
-		look_around(&st);
 		wait_for_work(&st);
 	}
 }

@@ -9,10 +9,10 @@
 #  (d)  a fast shutdown while Kafka is down and events are in flight.
 # Every committed event must arrive at least once, none rolled back, per-key
 # order kept; duplicates only after a crash, at most what was in flight
-# (two pipelined batches, 2 x outbox.batch_size per shard involved); a
+# (the window, outbox.window_size per shard involved); a
 # graceful stop (SIGTERM) re-sends nothing
 # and returns within outbox.shutdown_timeout plus a margin. Kafka answers
-# slowly (rtt 300 ms) during (a) and (c) so that batches are in flight.
+# slowly (rtt 300 ms) during (a) and (c) so that events are in flight.
 use strict;
 use warnings;
 use FindBin;
@@ -25,6 +25,7 @@ use Time::HiRes qw(time sleep);
 
 my $shards = 2;
 my $batch_size = 50;
+my $window = 2 * $batch_size;
 my $shutdown_timeout_s = 3;
 
 my $broker = start_broker(topics =>
@@ -32,6 +33,7 @@ my $broker = start_broker(topics =>
 	'crash_fast:6' ]);
 my $node = new_outbox_node('crash', $broker, shards => $shards, conf => qq{
 outbox.batch_size = $batch_size
+outbox.window_size = $window
 outbox.shutdown_timeout = ${shutdown_timeout_s}s
 restart_after_crash = on
 });
@@ -87,7 +89,7 @@ sub shards_with_events
 	return $node->safe_psql('postgres', 'SELECT count(DISTINCT shard) FROM outbox');
 }
 
-my $bound = 2 * $batch_size * $shards;
+my $bound = $window * $shards;
 my ($load, $r, $offset);
 
 ok(wait_for_workers(30), "$shards workers run");
@@ -121,7 +123,7 @@ ok(wait_for_empty($node), '(a) the outbox drains after the crash');
 $r = check_delivery('(a) SIGKILL of a worker mid-load', committed_of($node, 1, 5),
 	consume($broker, 'crash_kill'));
 cmp_ok($r->{duplicates}, '<=', $bound,
-	"(a) duplicates ($r->{duplicates}) at most 2 x batch_size x shards ($bound)");
+	"(a) duplicates ($r->{duplicates}) at most window_size x shards ($bound)");
 
 # ---- (b) pg_terminate_backend of a worker mid-load ---------------------------
 
@@ -177,25 +179,24 @@ $r = check_delivery('(b2) SIGTERM while settling an acknowledged batch',
 	committed_of($node, 15, 15), consume($broker, 'crash_settle'));
 is($r->{duplicates}, 0, '(b2) a graceful stop re-sends nothing Kafka acknowledged');
 
-# ---- (a2) SIGKILL while a worker settles, with its next batch produced -------
-# One key, so one shard: 2 x batch_size events. The worker's DELETE of its
-# first (acknowledged) batch waits for the lock; whatever it produced
+# ---- (a2) SIGKILL while a worker settles, with its window full ---------------
+# One key, so one shard: a window's worth of events. The worker's DELETE of
+# its first acknowledged events waits for the lock; whatever it produced
 # meanwhile is in flight too. A crash now may re-send what was in flight:
-# the promise is at most the batch in flight, of the one shard involved.
+# the promise is at most the window, of the one shard involved.
 
 ok(pause_delivery($node, $shards), '(a2) delivery paused');
-$load = start_load($node, sessions => 1, per_session => 2 * $batch_size, keys => 1,
+$load = start_load($node, sessions => 1, per_session => $window, keys => 1,
 	rollback_every => 0, topic => 'crash_pipe', first_session => 16);
 wait_load($load);
 is(shards_with_events(), 1, '(a2) one key, one shard');
 $locker = start_locker($node);
 reload_with($node, 'outbox.enabled = on');
 @waiting = wait_for_blocked_settle('crash_pipe', $batch_size, 1);
-is(scalar @waiting, 1, '(a2) the worker waits to delete its acknowledged first batch');
+is(scalar @waiting, 1, '(a2) the worker waits to delete its first acknowledged events');
 sleep 1;    # what else it produced gets acknowledged meanwhile
 my $in_kafka = scalar @{ consume($broker, 'crash_pipe') };
-diag "(a2) Kafka holds $in_kafka of " . (2 * $batch_size)
-  . " events while the worker waits to delete its first batch of $batch_size";
+diag "(a2) Kafka holds $in_kafka of $window events while the worker waits to delete the first";
 $offset = -s $node->logfile;
 kill 'KILL', $_ for @waiting;
 ok(wait_until(60, sub {
@@ -206,8 +207,8 @@ ok(wait_for_workers(60), '(a2) the workers are back');
 ok(wait_for_empty($node), '(a2) the outbox drains');
 $r = check_delivery('(a2) SIGKILL while settling, one shard', committed_of($node, 16, 16),
 	consume($broker, 'crash_pipe'));
-cmp_ok($r->{duplicates}, '<=', 2 * $batch_size,
-	"(a2) duplicates ($r->{duplicates}) at most the one shard's two batches in flight (" . 2 * $batch_size . ")");
+cmp_ok($r->{duplicates}, '<=', $window,
+	"(a2) duplicates ($r->{duplicates}) at most the one shard's window ($window)");
 
 # ---- (c) immediate shutdown mid-stream, then start ---------------------------
 
@@ -230,7 +231,7 @@ ok(wait_for_empty($node), '(c) the outbox drains after the restart');
 $r = check_delivery('(c) immediate shutdown mid-stream', committed_of($node, 21, 25),
 	consume($broker, 'crash_imm'));
 cmp_ok($r->{duplicates}, '<=', $bound,
-	"(c) duplicates ($r->{duplicates}) at most 2 x batch_size x shards ($bound)");
+	"(c) duplicates ($r->{duplicates}) at most window_size x shards ($bound)");
 
 # ---- (d) fast shutdown with Kafka down and events in flight -----------------
 # A long message.timeout.ms keeps the events in flight (no delivery report)

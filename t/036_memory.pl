@@ -1,10 +1,10 @@
 # A worker's memory is bounded by bytes, not by event count (review M5):
 # with outbox.max_message_bytes = 2MB, the default outbox.batch_size (1000)
-# and the default outbox.batch_bytes (64MB), 2000 events of 1 MB each are
+# and the default outbox.window_bytes (64MB), 2000 events of 1 MB each are
 # sent while delivery is paused, then delivered by one worker. Its private
 # resident memory (RssAnon in /proc/PID/status, sampled every 100 ms while
 # it drains) must stay under 256 MB (the README promises about
-# 2 x batch_bytes + 10 MB), its peak resident memory VmHWM (which a sample
+# 2 x window_bytes + 10 MB), its peak resident memory VmHWM (which a sample
 # cannot miss, but which counts the shared buffers it touched too) under
 # 256 MB + shared_buffers, and all 2000 events must reach Kafka. Done once
 # with message_format = payload and once with envelope.
@@ -130,8 +130,8 @@ sub kept_sizes
 
 ok(wait_until(30, sub { @{ worker_pids($node) } == 1 }), 'the worker runs');
 # (psql, not safe_psql: a build without the setting still gets measured)
-$node->psql('postgres', 'SHOW outbox.batch_bytes', stdout => \my $batch_bytes);
-is($batch_bytes, '64MB', 'outbox.batch_bytes exists, at its default');
+$node->psql('postgres', 'SHOW outbox.window_bytes', stdout => \my $window_bytes);
+is($window_bytes, '64MB', 'outbox.window_bytes exists, at its default');
 my $shared_mb = sql(q{SELECT pg_size_bytes(current_setting('shared_buffers')) / 1048576});
 
 for my $format ('payload', 'envelope')

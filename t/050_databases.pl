@@ -28,7 +28,7 @@ my $shards = 2;
 my @loaded = qw(db_a db_b db_c);
 my $broker = start_broker(topics => [ map { "$_:4" } @loaded, qw(db_d db_x db_e db_copy) ]);
 my $node = new_outbox_node('databases', $broker, shards => $shards, no_extension => 1,
-	conf => "outbox.max_workers = 10\noutbox.batch_size = 100\nrestart_after_crash = on\n");
+	conf => "outbox.max_workers = 10\noutbox.batch_size = 100\noutbox.window_size = 500\nrestart_after_crash = on\n");
 
 sub sql { my ($db, $q) = @_; return $node->safe_psql($db, $q); }
 
@@ -64,7 +64,7 @@ like(sql('postgres', q{SELECT string_agg(application_name, ',' ORDER BY applicat
 # ---- (a) and (b) -------------------------------------------------------------
 # db_x: a backlog its workers are busy with when the database is dropped
 $broker->command('rtt all 100');
-sql('db_x', q{SELECT count(outbox_send('db_x', 'x' || i, 'k' || (i % 7))) FROM generate_series(1, 20000) i});
+sql('db_x', q{SELECT count(outbox_send('db_x', 'x' || i, 'k' || (i % 7))) FROM generate_series(1, 40000) i});
 my @loads = map { @{ start_load($node, db => $_, topic => $_, sessions => 3, per_session => 150) } } @loaded;
 
 sleep 1;

@@ -72,6 +72,13 @@
  *   ACK: every batch spread over several partitions took 40+ ms. Real Kafka
  *   brokers set TCP_NODELAY; this program does the same by wrapping
  *   accept()/accept4(), which librdkafka resolves to ours.
+ * - Without a transactional.id the mock does not check idempotent sequence
+ *   numbers. When an injected error fails one Produce request while a later
+ *   one of the same partition succeeds, the producer takes the later
+ *   success as proof the earlier messages were stored (as a real broker's
+ *   sequence check would make it) and reports them delivered: they are
+ *   lost. Tests that inject produce errors keep one request in flight per
+ *   partition, or count on loss; "down"/"up" and "rtt" are safe.
  */
 #define _GNU_SOURCE
 
