@@ -28,6 +28,7 @@
 #include "commands/dbcommands.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
@@ -640,6 +641,23 @@ outbox_prepare_reinsert(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * Whether the workers may be delivering. With outbox.enabled = off a woken
+ * worker only goes back to sleep, and the wake-up is what a one-event
+ * transaction pays most for beyond its insert (a kill(), and the worker
+ * taking a CPU the committing backend and its client want): so a commit
+ * wakes no one then. The setting is reloaded in every process alike; while
+ * this backend has a reload still to read (delivery may have just been
+ * switched on) it wakes as before. A worker that switches delivery on runs
+ * a pass at once, and outbox.poll_interval bounds the wait of an event
+ * committed by a backend that had not read the reload yet.
+ */
+static inline bool
+delivery_may_be_on(void)
+{
+	return outbox_enabled || ConfigReloadPending;
+}
+
 static void
 outbox_xact_callback(XactEvent event, void *arg)
 {
@@ -655,7 +673,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* after the commit is visible: a woken worker will see it */
 			outbox_clear_inflight();
-			if (touched_shards != 0)
+			if (touched_shards != 0 && delivery_may_be_on())
 				outbox_wake_shards(touched_shards);
 			touched_shards = 0;
 			sent_this_xact = false;
