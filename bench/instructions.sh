@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Instruction counts (valgrind --tool=callgrind), per event:
 # - outbox_send() against a plain INSERT of the same row, in single-user
-#   mode;
+#   mode: all in one statement, and one event per transaction (a prepared
+#   statement executed N times, as pgbench -M prepared sends them; commit
+#   included). Single-user mode has no workers, so the commit's wake-up of
+#   a shard worker (a kill() and the worker's pass) is not in these counts:
+#   bench/run.sh's pgbench runs are where it shows;
 # - a delivery worker (all its threads) per event it delivers, with the
 #   whole server running under callgrind and the project's broker.
 # Instructions, unlike seconds, do not depend on what else the shared
@@ -26,6 +30,9 @@ SQL
 
 send="SELECT count(outbox_send('bench', repeat('x', 200), 'k' || i)) FROM generate_series(1, \$N) i;"
 insert="INSERT INTO plain (id, shard, topic, key, payload, created_at) SELECT nextval('plain_seq'), 0, 'bench', convert_to('k' || i, 'UTF8'), convert_to(repeat('x', 200), 'UTF8'), now() FROM generate_series(1, \$N) i;"
+# one event per transaction: $N EXECUTEs of a prepared statement
+send_xact="SELECT outbox_send('bench', repeat('x', 200), 'k' || \$1)"
+insert_xact="INSERT INTO plain (id, shard, topic, key, payload, created_at) VALUES (nextval('plain_seq'), 0, 'bench', convert_to('k' || \$1, 'UTF8'), convert_to(repeat('x', 200), 'UTF8'), now())"
 
 # Total instructions of one single-user session running $1 with $N events.
 instructions() {
@@ -36,6 +43,14 @@ instructions() {
   awk '/^summary:/ {print $2}' "$out"
 }
 
+# The prepared statement $1 (parameter $1: the event's number) executed
+# $2 times, each execution its own transaction.
+transactions() {
+  local i
+  echo "PREPARE s(int) AS $1;"
+  for ((i = 1; i <= $2; i++)); do echo "EXECUTE s($i);"; done
+}
+
 per_event() {  # the session's fixed cost cancels out: (I(N) - I(1)) / (N - 1)
   local full one
   full=$(instructions "$1" "$N")
@@ -43,9 +58,19 @@ per_event() {  # the session's fixed cost cancels out: (I(N) - I(1)) / (N - 1)
   echo $(( (full - one) / (N - 1) ))
 }
 
+per_transaction() {  # likewise, with one event per transaction
+  local full one
+  full=$(instructions "$(transactions "$1" "$N")" "$N")
+  one=$(instructions "$(transactions "$1" 1)" 1)
+  echo $(( (full - one) / (N - 1) ))
+}
+
 s=$(per_event "$send")
 p=$(per_event "$insert")
 echo "instructions per event: outbox_send $s, plain INSERT $p, ratio $(awk -v a="$s" -v b="$p" 'BEGIN {printf "%.2f", a / b}')"
+s=$(per_transaction "$send_xact")
+p=$(per_transaction "$insert_xact")
+echo "instructions per one-event transaction: outbox_send $s, plain INSERT $p, ratio $(awk -v a="$s" -v b="$p" 'BEGIN {printf "%.2f", a / b}')"
 
 # The worker: the whole server under callgrind (each process writes its own
 # file), N events delivered; the worker's fixed cost cancels out against a
