@@ -324,7 +324,8 @@ to_settle(const OutboxEvent *event)
 int
 outbox_window_to_settle(OutboxWindow *window, OutboxEvent ***events, Oid *extension_oid)
 {
-	OutboxEvent **list = palloc(sizeof(OutboxEvent *) * Max(window->reported, 1));
+	/* every unsettled event at most: a bound that needs no counter right */
+	OutboxEvent **list = palloc(sizeof(OutboxEvent *) * Max(window->events, 1));
 	dlist_iter	iter;
 	int			n = 0;
 
