@@ -1,0 +1,95 @@
+# Bench::Load: load at a fixed rate, read back by latency-consumer, for the
+# latency and sustained parts; pg_outbox (pgbench calling outbox_send) and
+# the floor (a plain librdkafka producer) go through the same code.
+#
+# The load runs as back-to-back segments of at most SEGMENT_S seconds, each
+# into a topic nothing wrote to before, each read by its own consumer. The
+# mock broker (librdkafka 2.0.2) walks a partition's whole log on every
+# fetch, so on one long-lived topic the consumer's latency grows with the
+# topic's history, whoever produced it: that was the old floor's 27-77 ms
+# (bench/README.md). A consumer is started before its segment and stopped
+# during the next one, so the load itself has no gaps.
+package Bench::Load;
+
+use strict;
+use warnings;
+
+use IPC::Run ();
+use POSIX ();
+use Time::HiRes ();
+
+use constant SEGMENT_S => 5;
+
+# %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
+# clients (pgbench), after_segment (sub called with the segment number and
+# the seconds since the start, between segments).
+# Returns { samples => [[receive time, ms]], committed, received, bad,
+#           tps, t0 (Unix s), segments }.
+sub run
+{
+	my ($env, %o) = @_;
+	my $n = POSIX::ceil($o{seconds} / SEGMENT_S);
+	my $len = POSIX::floor($o{seconds} / $n) || 1;
+	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
+	my (@tps, $prev);
+	my $next = $env->start_consumer($env->fresh_topic($o{label}));
+	$r{t0} = Time::HiRes::time();
+	for my $i (1 .. $n)
+	{
+		my $c = $next;
+		my $load = start_source($env, \%o, $c->{topic}, $len);
+		collect($env, \%r, $prev, 1) if $prev;
+		$next = $env->start_consumer($env->fresh_topic($o{label})) if $i < $n;
+		my $res = finish_source($env, $load);
+		$r{committed} += $res->{count};
+		push @tps, $res->{tps};
+		$o{after_segment}->($i, Time::HiRes::time() - $r{t0}) if $o{after_segment};
+		$prev = $c;
+	}
+	$env->wait_empty(900) if $o{source} eq 'outbox';
+	collect($env, \%r, $prev, 1);
+	my $sum = 0;
+	$sum += $_ for @tps;
+	$r{tps} = $sum / @tps;
+	return \%r;
+}
+
+sub collect
+{
+	my ($env, $r, $c, $grace) = @_;
+	my $res = $env->stop_consumer($c, $grace);
+	push @{ $r->{samples} }, @{ $res->{samples} };
+	$r->{received} += $res->{count};
+	$r->{bad} += $res->{bad};
+}
+
+sub start_source
+{
+	my ($env, $o, $topic, $len) = @_;
+	my $out = $env->file("load_$topic.out");
+	if ($o->{source} eq 'outbox')
+	{
+		my $clients = $o->{clients} // 8;
+		return { out => $out, kind => 'pgbench', h => $env->pgbench_bg($out,
+				$env->latency_script($topic), '-c', $clients, '-j', ($clients > 1 ? 2 : 1),
+				'-R', $o->{rate}, '-T', $len) };
+	}
+	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
+		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0');
+	return { out => $out, kind => 'producer',
+		h => IPC::Run::start(\@cmd, '<', \undef, '>', $out, '2>&1') };
+}
+
+# Waits for the segment's load: { count, tps }.
+sub finish_source
+{
+	my ($env, $load) = @_;
+	$load->{h}->finish or die "$load->{kind} failed: " . Bench::Env::slurp($load->{out});
+	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
+	my $text = Bench::Env::slurp($load->{out});
+	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)/m
+	  or die "baseline-producer: $text";
+	return { count => $1, tps => $2 };
+}
+
+1;
