@@ -39,11 +39,10 @@ main();
 
 sub main
 {
-	open(STDOUT, '>&', $STDOUT) or die;
-	open(STDERR, '>&', $STDERR) or die;
-	STDOUT->autoflush(1);
+	# the harness's chatter stays in its log (tmp_check/log); ours goes out
+	$STDOUT->autoflush(1);
 	Test::More->builder->no_ending(1);
-	my $ctx = options(@ARGV);
+	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
 	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases);
 	my $t0 = time;
 	my $env = $ctx->{env};
@@ -61,11 +60,11 @@ sub main
 	};
 	if (!$status)
 	{
-		print STDERR "BENCHMARK FAILED: $@";
-		print STDERR "--- server log (last lines)\n", tail($env->node->logfile, 40) if $env->{node};
+		print $STDERR "BENCHMARK FAILED: $@";
+		print $STDERR "--- server log (last lines)\n", tail($env->node->logfile, 40) if $env->{node};
 		$status = 'failed';
 	}
-	finish($ctx, $status, time - $t0);
+	eval { finish($ctx, $status, time - $t0); 1 } or do { print $STDERR "writing the results failed: $@"; $status = 'failed' };
 	exit($status eq 'ok' ? 0 : 1);
 }
 
@@ -75,7 +74,7 @@ sub options
 	my %o = (runs => 3, 'sustained-runs' => 1, part => []);
 	GetOptionsFromArray(\@args, \%o, 'quick', 'part=s@', 'out=s', 'runs=i', 'sustained-runs=i',
 		'server-log=s', 'work=s', 'install-path=s', 'helpers=s', 'command=s')
-	  or die "bad options (see the header of bench/bench.pl)\n";
+	  or die "bad options (see bash bench/run.sh --help)\n";
 	my @parts = map { split /,/ } @{ $o{part} };
 	@parts = @ALL unless @parts;
 	for my $p (@parts)
@@ -85,8 +84,8 @@ sub options
 	die "--runs/--sustained-runs: a positive number\n" unless $o{runs} > 0 && $o{'sustained-runs'} > 0;
 	my $cfg = sizes($o{quick});
 	my $env = Bench::Env->new(work => $o{work}, install_path => $o{'install-path'},
-		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => \*STDOUT);
-	return { env => $env, res => Bench::Results->new(\*STDOUT), cfg => $cfg, opts => \%o,
+		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT);
+	return { env => $env, res => Bench::Results->new($STDOUT), cfg => $cfg, opts => \%o,
 		parts => \@parts, runs => $o{runs}, sustained_runs => $o{'sustained-runs'} };
 }
 
@@ -117,7 +116,7 @@ sub finish
 	require Bench::ServerLog;
 	$res->write_json("$o->{work}/results.json", $status, meta($ctx, $duration), Bench::ServerLog::summary($log));
 	$res->print_table;
-	Bench::ServerLog::print_summary($log, \*STDOUT);
+	Bench::ServerLog::print_summary($log, $STDOUT);
 }
 
 sub meta

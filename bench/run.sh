@@ -41,11 +41,11 @@ install -m 644 "$ROOT/outbox.control" "$ROOT"/sql/outbox--*.sql "$PGI$($PG_BIN/p
 chown -R "$RUN_USER" "$WORK"
 
 rc=0
-(cd "$WORK" && as_user env TESTDIR="$WORK" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
+(cd "$WORK" && as_user env TESTDIR="$WORK" PG_REGRESS="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
   BENCH_GIT="$(git -C "$ROOT" describe --always --dirty 2>/dev/null || true)" \
   BENCH_MODULE_MD5="$(md5sum < "$ROOT/outbox.so" | cut -d' ' -f1)" \
   BENCH_LIBRDKAFKA="$(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null || true)" \
-  perl "$BENCH/bench.pl" --work "$WORK" --install-path "$PGI$PG_BIN" --helpers "$WORK/bin" \
+  perl "$BENCH/bench.pl" --work "$WORK" --install-path "$PGI$(dirname "$PG_BIN")" --helpers "$WORK/bin" \
   --command "bash bench/run.sh $*" "$@") || rc=$?
 [ ! -f "$WORK/results.json" ] || { mkdir -p "$(dirname "$OUT")"; cp "$WORK/results.json" "$OUT"; echo "results written to $OUT"; }
 [ -z "$LOG_COPY" ] || [ ! -f "$WORK/server.log" ] || cp "$WORK/server.log" "$LOG_COPY"
