@@ -50,6 +50,15 @@ sub fresh_topic
 	return $name;
 }
 
+# Sends one event to $topic and waits until the worker delivered it.
+sub warm_topic
+{
+	my ($self, $topic) = @_;
+	my $id = $self->sql("SELECT outbox_send('$topic', 'warm-up', 'warm-up')");
+	wait_until(60, sub { $self->sql("SELECT NOT EXISTS (SELECT FROM outbox WHERE id = $id)") eq 't' })
+	  or die "the warm-up event to $topic was not delivered within 60 s";
+}
+
 # The sum of the end offsets of the topic's partitions (kcat -Q).
 sub kafka_total
 {
