@@ -21,6 +21,7 @@ sub run
 		  . " (80% of $max/s), 1 shard; floor: a plain producer at each rate");
 	$env->set_shards(1);
 	$env->set_enabled(1);
+	$env->warm_topics('ack_latency');
 	for my $run (1 .. $ctx->{runs})
 	{
 		for my $r (@rates)

@@ -50,13 +50,13 @@ sub fresh_topic
 	return $name;
 }
 
-# Sends one event to $topic and waits until the worker delivered it.
-sub warm_topic
+# Sends one event to each topic and waits until the worker delivered them.
+sub warm_topics
 {
-	my ($self, $topic) = @_;
-	my $id = $self->sql("SELECT outbox_send('$topic', 'warm-up', 'warm-up')");
-	wait_until(60, sub { $self->sql("SELECT NOT EXISTS (SELECT FROM outbox WHERE id = $id)") eq 't' })
-	  or die "the warm-up event to $topic was not delivered within 60 s";
+	my ($self, @topics) = @_;
+	$self->sql("SELECT count(outbox_send(t, 'warm-up', 'warm-up')) FROM unnest(ARRAY['"
+		  . join("', '", @topics) . "']) t");
+	$self->wait_empty(120);
 }
 
 # The sum of the end offsets of the topic's partitions (kcat -Q).

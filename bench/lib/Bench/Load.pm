@@ -32,14 +32,21 @@ sub run
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
 	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
 	my (@tps, $prev);
-	my $next = next_consumer($env, \%o);
+	# fresh topics, known to the worker's producer (pg_outbox) before the
+	# load: a producer first learns a new topic's partitions, which holds
+	# its first messages and, in a stop-and-wait worker, the others behind
+	# them, for up to a second (the plain producer does so before its
+	# clock starts)
+	my @topics = map { $env->fresh_topic($o{label}) } 1 .. $n;
+	$env->warm_topics(@topics) if $o{source} eq 'outbox';
+	my $next = $env->start_consumer($topics[0]);
 	$r{t0} = Time::HiRes::time();
 	for my $i (1 .. $n)
 	{
 		my $c = $next;
 		my $load = start_source($env, \%o, $c->{topic}, $len);
 		collect($env, \%r, $prev, 1) if $prev;
-		$next = next_consumer($env, \%o) if $i < $n;
+		$next = $env->start_consumer($topics[$i]) if $i < $n;
 		my $res = finish_source($env, $load);
 		$r{committed} += $res->{count};
 		push @tps, $res->{tps};
@@ -52,18 +59,6 @@ sub run
 	$sum += $_ for @tps;
 	$r{tps} = $sum / @tps;
 	return \%r;
-}
-
-# A fresh topic, known to the worker's producer (pg_outbox) before the
-# consumer starts at its end: a producer learns a new topic's partitions
-# first, which holds its first messages for up to a second (the plain
-# producer does so before its clock starts).
-sub next_consumer
-{
-	my ($env, $o) = @_;
-	my $topic = $env->fresh_topic($o->{label});
-	$env->warm_topic($topic) if $o->{source} eq 'outbox';
-	return $env->start_consumer($topic);
 }
 
 sub collect
