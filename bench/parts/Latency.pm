@@ -49,9 +49,10 @@ sub outbox
 	$env->sql('TRUNCATE ack_latency');
 	# about 20 samples a second of commit-to-ack, under the load
 	my $samples = $cfg->{latency_seconds} * 20 - 20;
-	my $sampler = $env->psql_bg($env->file('ack.out'), "CALL sample_ack_latency($samples, 0.04)");
+	my $sampler;
+	my $start = sub { $sampler = $env->psql_bg($env->file('ack.out'), "CALL sample_ack_latency($samples, 0.04)") };
 	my $l = Bench::Load::run($env, label => $label, rate => $rate, seconds => $cfg->{latency_seconds},
-		source => 'outbox');
+		source => 'outbox', before_load => $start);
 	$sampler->finish or die 'the commit-to-ack sampler failed: ' . Bench::Env::slurp($env->file('ack.out.err'));
 	for my $q ([ p50 => 0.5 ], [ p99 => 0.99 ])
 	{

@@ -21,8 +21,9 @@ use Time::HiRes ();
 use constant SEGMENT_S => 5;
 
 # %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
-# clients (pgbench), after_segment (sub called with the segment number and
-# the seconds since the start, between segments).
+# clients (pgbench), before_load (sub called once all is ready),
+# after_segment (sub called with the segment number and the seconds since
+# the start, between segments).
 # Returns { samples => [[receive time, ms]], committed, received, bad,
 #           tps, t0 (Unix s), segments }.
 sub run
@@ -40,6 +41,7 @@ sub run
 	my @topics = map { $env->fresh_topic($o{label}) } 1 .. $n;
 	$env->warm_topics(@topics) if $o{source} eq 'outbox';
 	my $next = $env->start_consumer($topics[0]);
+	$o{before_load}->() if $o{before_load};
 	$r{t0} = Time::HiRes::time();
 	for my $i (1 .. $n)
 	{
