@@ -26,6 +26,7 @@ BEGIN
 use FindBin;
 use lib "$FindBin::Bin/lib", "$FindBin::Bin/../t";
 use Bench::Env;
+use Bench::Util ();
 use Bench::Load;
 use Bench::Results;
 use File::Copy ();
@@ -161,6 +162,6 @@ sub meta
 sub tail
 {
 	my ($file, $n) = @_;
-	my @lines = split /\n/, Bench::Env::slurp($file);
+	my @lines = split /\n/, Bench::Util::slurp($file);
 	return join("\n", @lines[ ($#lines - $n + 1 > 0 ? $#lines - $n + 1 : 0) .. $#lines ]) . "\n";
 }

@@ -10,7 +10,7 @@
 # (see bench/bench.pl and bench/README.md)
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-case " $* " in *" -h "*|*" --help "*) sed -n '3,/^use strict/p' "$BENCH/bench.pl" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+case " $* " in *" -h "*|*" --help "*) sed -n '2,/^use strict/p' "$BENCH/bench.pl" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 # shellcheck source=../scripts/common.sh
 source "$BENCH/../scripts/common.sh"   # ROOT, PG_BIN, as_user, make_workdir...
 

@@ -8,6 +8,7 @@ package Bench::Part::Memory;
 
 use strict;
 use warnings;
+use Bench::Util ();
 use Bench::Env;
 use OutboxTest qw(wait_until);
 use IPC::Run ();
@@ -37,7 +38,7 @@ sub run
 		drain_watching($ctx, $run, $pid);
 		sleep 5;
 		record_now($ctx, $run, $pid, 'after', qw(vmrss rssanon pss pss_anon));
-		$res->record('memory', 'vmhwm_mb', 'MB', $run, Bench::Env::proc_kb($pid)->{VmHWM} / 1024);
+		$res->record('memory', 'vmhwm_mb', 'MB', $run, Bench::Util::proc_kb($pid)->{VmHWM} / 1024);
 		$res->record('memory', 'after_palloc_mb', 'MB', $run, palloc_mb($env, $pid));
 		my ($pid2) = @{ $env->worker_pids };
 		die "the worker restarted during the memory part ($pid -> $pid2)" unless $pid2 == $pid;
@@ -50,7 +51,7 @@ sub run
 sub record_now
 {
 	my ($ctx, $run, $pid, $when, @fields) = @_;
-	my $kb = Bench::Env::proc_kb($pid) or die "the worker (pid $pid) is gone";
+	my $kb = Bench::Util::proc_kb($pid) or die "the worker (pid $pid) is gone";
 	$ctx->{res}->record('memory', "${when}_${_}_mb", 'MB', $run, ($kb->{ $MB{$_} } // 0) / 1024) for @fields;
 }
 
@@ -63,16 +64,16 @@ sub drain_watching
 	my $out = $env->file('memory_drain.out');
 	my $drain = IPC::Run::start([ @{ $env->psql_cmd }, '-f', $env->timed_drain_script ], '<', \undef, '>', $out, '2>', "$out.err");
 	my (%peak, %activity, $i);
-	while (Bench::Env::running($drain))
+	while (Bench::Util::running($drain))
 	{
-		my $kb = Bench::Env::proc_kb($pid) or die "the worker (pid $pid) is gone";
+		my $kb = Bench::Util::proc_kb($pid) or die "the worker (pid $pid) is gone";
 		$peak{$_} = max($peak{$_}, $kb->{ $MB{$_} } // 0) for keys %MB;
 		$activity{ $env->sql("SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || '|' || coalesce(query, '')
 			FROM pg_stat_activity WHERE pid = $pid") }++ if $i++ % 5 == 0;
 		Time::HiRes::sleep(0.2);
 	}
-	$drain->finish or die 'the drain did not finish: ' . Bench::Env::slurp("$out.err");
-	my $elapsed = Bench::Env::slurp($out);
+	$drain->finish or die 'the drain did not finish: ' . Bench::Util::slurp("$out.err");
+	my $elapsed = Bench::Util::slurp($out);
 	$res->record('memory', 'drain_events_per_s', 'events/s', $run, $ctx->{cfg}{memory_events} / $elapsed);
 	$res->record('memory', "peak_${_}_mb", 'MB', $run, $peak{$_} / 1024) for qw(vmrss rssanon rssshmem pss pss_anon);
 	for my $k (sort keys %activity)
@@ -93,7 +94,7 @@ sub palloc_mb
 	my $from = -s $env->node->logfile;
 	$env->sql("SELECT pg_log_backend_memory_contexts($pid)");
 	my $bytes;
-	wait_until(10, sub { ($bytes) = Bench::Env::slurp_from($env->node->logfile, $from) =~ $re; defined $bytes });
+	wait_until(10, sub { ($bytes) = Bench::Util::slurp_from($env->node->logfile, $from) =~ $re; defined $bytes });
 	return defined $bytes ? $bytes / 1048576 : undef;
 }
 
@@ -115,7 +116,7 @@ sub large_payloads
 	my $t0 = Time::HiRes::time();
 	while ($env->sql('SELECT count(*) > 0 FROM outbox') eq 't')
 	{
-		my $kb = Bench::Env::proc_kb($pid) or die "the worker (pid $pid) is gone";
+		my $kb = Bench::Util::proc_kb($pid) or die "the worker (pid $pid) is gone";
 		$peak = $kb->{RssAnon} if $kb->{RssAnon} > $peak;
 		Time::HiRes::sleep(0.1);
 	}

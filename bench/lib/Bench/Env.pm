@@ -1,20 +1,21 @@
 # Bench::Env: what every part of the benchmark drives. One PostgreSQL node
 # (PostgreSQL::Test::Cluster, from the private installation bench/run.sh
-# made) with the extension preloaded, the project's broker (OutboxTest's
-# start_broker), and the helpers: pgbench, the latency consumer and the
-# plain producer. Parts call these instead of spelling out commands.
+# made) with the extension preloaded, psql and pgbench; the Kafka side
+# comes from its base class Bench::Kafka. Parts call these instead of
+# spelling out commands.
 package Bench::Env;
 
 use strict;
 use warnings;
+use parent 'Bench::Kafka';
 
+use Bench::Util qw(slurp);
 use IPC::Run ();
 use OutboxTest qw(wait_until);
 use PostgreSQL::Test::Cluster;
 use Time::HiRes ();
 
-use constant PARTITIONS => 12;
-use constant TOPIC      => 'bench';
+use constant TOPIC => 'bench';
 
 sub new
 {
@@ -27,56 +28,6 @@ sub say { my ($self, @msg) = @_; print {$self->{out}} @msg, "\n"; }
 sub log { my ($self, @msg) = @_; $self->say("\n== ", @msg); }
 sub bin { my ($self, $cmd) = @_; return "$self->{install_path}/bin/$cmd"; }
 sub file { my ($self, $name) = @_; return "$self->{work}/$name"; }
-
-# ---- broker --------------------------------------------------------------
-
-sub start_broker
-{
-	my ($self) = @_;
-	$self->{broker} = OutboxTest::start_broker(brokers => 3, topics => [ TOPIC . ':' . PARTITIONS ]);
-	$self->say('broker at ', $self->bootstrap);
-}
-
-sub bootstrap { return $_[0]{broker}->bootstrap; }
-
-# A topic of PARTITIONS partitions that nothing wrote to yet. The mock
-# broker finds a fetch's offset by walking the partition's whole log, so
-# latency is measured on fresh topics (see bench/README.md).
-sub fresh_topic
-{
-	my ($self, $label) = @_;
-	my $name = sprintf('lat_%s_%d', $label, ++$self->{topics});
-	$self->{broker}->command("create $name " . PARTITIONS);
-	return $name;
-}
-
-# Sends one event to each topic and waits until the worker delivered them.
-sub warm_topics
-{
-	my ($self, @topics) = @_;
-	$self->sql("SELECT count(outbox_send(t, 'warm-up', 'warm-up')) FROM unnest(ARRAY['"
-		  . join("', '", @topics) . "']) t");
-	$self->wait_empty(120);
-}
-
-# The sum of the end offsets of the topic's partitions (kcat -Q).
-sub kafka_total
-{
-	my ($self, $topic) = @_;
-	$topic //= TOPIC;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'kcat', '-Q', '-b', $self->bootstrap,
-		map { ('-t', "$topic:$_:-1") } 0 .. PARTITIONS - 1 ],
-		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
-	  or die "kcat -Q failed: $err";
-	my @offsets = $out =~ /offset (-?\d+)/g;
-	die "kcat -Q: " . scalar(@offsets) . " offsets for $topic: $out" unless @offsets == PARTITIONS;
-	my $sum = 0;
-	$sum += $_ for @offsets;
-	return $sum;
-}
-
-# ---- server --------------------------------------------------------------
 
 sub start_node
 {
@@ -262,8 +213,6 @@ sub warm_up
 	$self->wait_empty(120);
 }
 
-# ---- pgbench -------------------------------------------------------------
-
 # Writes a pgbench script; returns its path.
 sub script
 {
@@ -300,7 +249,7 @@ sub pgbench
 	my $out = $self->file('pgbench.out');
 	IPC::Run::run($self->pgbench_cmd($script, @args), '<', \undef, '>', $out, '2>&1')
 	  or die "pgbench failed: " . slurp($out);
-	return pgbench_result($out);
+	return Bench::Env::pgbench_result($out);
 }
 
 sub pgbench_bg
@@ -317,92 +266,6 @@ sub pgbench_result
 	my ($count) = $text =~ /^number of transactions actually processed: (\d+)/m;
 	die "no tps from pgbench: $text" unless defined $tps;
 	return { tps => $tps, count => $count };
-}
-
-# True while the IPC::Run harness's process runs.
-sub running
-{
-	my ($h) = @_;
-	return eval { $h->pump_nb; 1 } && $h->pumpable;
-}
-
-# A file's content from byte $offset on.
-sub slurp_from
-{
-	my ($file, $offset) = @_;
-	open my $fh, '<', $file or return '';
-	seek $fh, $offset, 0;
-	local $/;
-	return <$fh>;
-}
-
-sub slurp
-{
-	my ($file) = @_;
-	open my $fh, '<', $file or return '';
-	local $/;
-	return <$fh>;
-}
-
-# ---- Kafka helpers -------------------------------------------------------
-
-# Starts latency-consumer at the end of $topic and waits for READY.
-sub start_consumer
-{
-	my ($self, $topic) = @_;
-	my $out = $self->file("consumer_$topic.out");
-	my @cmd = ("$self->{helpers}/latency-consumer", '-b', $self->bootstrap, '-t', $topic,
-		'-T', 100000, '-f', 1, '-d', "$out.samples");
-	my $h = IPC::Run::start(\@cmd, '<', \undef, '>', $out, '2>', "$out.err");
-	wait_until(30, sub { slurp($out) =~ /^READY/m })
-	  or die "latency-consumer not ready: " . slurp("$out.err");
-	return { h => $h, out => $out, topic => $topic };
-}
-
-# Stops it, after $grace seconds (default 1) for stragglers: { count, bad,
-# p50_ms, p99_ms, max_ms, samples => [[receive time (Unix s), ms], ...] }.
-sub stop_consumer
-{
-	my ($self, $c, $grace) = @_;
-	Time::HiRes::sleep($grace // 1);
-	$c->{h}->signal('TERM');
-	$c->{h}->finish;
-	my $text = slurp($c->{out});
-	$text =~ /^RESULT (.*)$/m or die "latency-consumer printed no result: " . slurp("$c->{out}.err");
-	my %r = map { split /=/, $_, 2 } split ' ', $1;
-	$_ = num($_) for values %r;
-	open my $fh, '<', "$c->{out}.samples" or die "$c->{out}.samples: $!";
-	$r{samples} = [ map { [ split ' ' ] } <$fh> ];
-	return \%r;
-}
-
-sub num { my ($v) = @_; return (defined $v && $v =~ /^-?[0-9.]+(e[-+]?\d+)?$/i) ? 0 + $v : undef; }
-
-# The plain librdkafka producer: [args] -> { msgs, msgs_per_s, ... }.
-sub produce
-{
-	my ($self, @args) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ "$self->{helpers}/baseline-producer", '-b', $self->bootstrap, @args ],
-		'<', \undef, '>', \$out, '2>', \$err) or die "baseline-producer: $out $err";
-	$out =~ /^RESULT (.*)$/m or die "baseline-producer: $out $err";
-	my %r = map { split /=/, $_, 2 } split ' ', $1;
-	return \%r;
-}
-
-# ---- the worker's process ------------------------------------------------
-
-# Fields of /proc/PID/status and /proc/PID/smaps_rollup, in kB.
-sub proc_kb
-{
-	my ($pid) = @_;
-	my %kb;
-	for my $f ("/proc/$pid/status", "/proc/$pid/smaps_rollup")
-	{
-		open my $fh, '<', $f or return undef;
-		while (<$fh>) { $kb{$1} = $2 if /^(\w+):\s+(\d+) kB/; }
-	}
-	return \%kb;
 }
 
 1;

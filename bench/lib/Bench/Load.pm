@@ -13,6 +13,7 @@ package Bench::Load;
 
 use strict;
 use warnings;
+use Bench::Util ();
 
 use IPC::Run ();
 use POSIX ();
@@ -93,9 +94,9 @@ sub start_source
 sub finish_source
 {
 	my ($env, $load) = @_;
-	$load->{h}->finish or die "$load->{kind} failed: " . Bench::Env::slurp($load->{out});
+	$load->{h}->finish or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
 	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
-	my $text = Bench::Env::slurp($load->{out});
+	my $text = Bench::Util::slurp($load->{out});
 	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)/m
 	  or die "baseline-producer: $text";
 	return { count => $1, tps => $2 };

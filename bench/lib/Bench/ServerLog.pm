@@ -6,12 +6,13 @@ package Bench::ServerLog;
 
 use strict;
 use warnings;
+use Bench::Util ();
 use Bench::Env;
 
 my $NOTABLE = qr/ (?:ERROR|FATAL|PANIC|WARNING|DETAIL|HINT|STATEMENT):|outbox "[^"]*" shard [0-9]+:|terminated by signal|exited with exit code/;
 my $EXPECTED = qr/outbox "[^"]*" shard [0-9]+ of [0-9]+ started|outbox launcher started|delivery paused|terminating background worker "outbox shard[^"]*" due to administrator command|waiting for CREATE EXTENSION|"logical replication launcher" \(PID [0-9]+\) exited with exit code 1|terminating autovacuum process due to administrator command|background worker "outbox shard" \(PID [0-9]+\) exited with exit code 1|automatic (?:analyze|vacuum) of table|terminating connection due to administrator command|terminating background worker "outbox launcher" due to administrator command|background worker "outbox launcher" \(PID [0-9]+\) exited with exit code 1/;
 
-sub lines { my ($log) = @_; return defined $log ? split /\n/, Bench::Env::slurp($log) : (); }
+sub lines { my ($log) = @_; return defined $log ? split /\n/, Bench::Util::slurp($log) : (); }
 
 sub summary
 {
