@@ -155,7 +155,8 @@ sub meta
 			'sustained: windows by receive time; delivered_pct = events read back / events committed.',
 			'memory: VmRSS counts the shared buffers the worker touched (RssShmem); RssAnon and Pss_Anon are its private memory.',
 		],
-		parameters => { map { $_ => ref $cfg->{$_} ? "@{ $cfg->{$_} }" : $cfg->{$_} } grep { $_ ne 'quick' } keys %$cfg },
+		parameters => { latency_shards => 1, payload_bytes => $cfg->{payload},
+			map { $_ => ref $cfg->{$_} ? "@{ $cfg->{$_} }" : $cfg->{$_} } grep { !/^(?:quick|payload)$/ } keys %$cfg },
 	};
 }
 

@@ -45,7 +45,7 @@ sub record
 		push @{ $self->{order} }, $k;
 		$self->{metrics}{$k} = { part => $part, metric => $metric, unit => $unit, runs => [] };
 	}
-	$value = is_num($value) ? 0 + sprintf('%.6g', $value) : undef;
+	$value = is_num($value) ? 0 + sprintf('%.10g', $value) : undef;
 	$self->{metrics}{$k}{runs}[ $run - 1 ] = $value;
 	printf {$self->{out}} "   %-9s %-30s run %s: %s %s\n", $part, $metric, $run,
 	  $value // 'n/a', $unit;
