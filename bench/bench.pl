@@ -51,6 +51,9 @@ sub main
 		$env->start_broker;
 		$env->start_node;
 		$env->say('server up: ', $env->sql('SHOW server_version'), ", outbox workers: @{ $env->worker_pids }");
+		# this build's settings and their defaults (the worker is being rewritten)
+		$ctx->{settings} = { map { split /\|/, $_, 2 } split /\n/, $env->sql(
+			q{SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name LIKE 'outbox.%'}) };
 		for my $p (@ALL)
 		{
 			next unless grep { $_ eq $p } @{ $ctx->{parts} };
@@ -140,6 +143,7 @@ sub meta
 		kernel => `uname -r` =~ s/\n//r,
 		install_warning => '',
 		module_md5 => $ENV{BENCH_MODULE_MD5} // '',
+		outbox_settings => $ctx->{settings} // {},
 		notes => [
 			'Ratios are computed within each run, then summarised (median, min, max over runs).',
 			'enqueue *_time_ratio: outbox time / plain time (for pgbench: plain tps / outbox tps); delivery paused.',
