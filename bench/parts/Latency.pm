@@ -54,7 +54,7 @@ sub outbox
 	my $start = sub { $sampler = $env->psql_bg($env->file('ack.out'), "CALL sample_ack_latency($samples, 0.04)") };
 	my $l = Bench::Load::run($env, label => $label, rate => $rate, seconds => $cfg->{latency_seconds},
 		source => 'outbox', before_load => $start);
-	$sampler->finish or die 'the commit-to-ack sampler failed: ' . Bench::Util::slurp($env->file('ack.out.err'));
+	Bench::Util::finish_bg($sampler) or die 'the commit-to-ack sampler failed: ' . Bench::Util::slurp($env->file('ack.out.err'));
 	for my $q ([ p50 => 0.5 ], [ p99 => 0.99 ])
 	{
 		$res->record('latency', "${label}_ack_$q->[0]_ms", 'ms', $run, $env->sql(

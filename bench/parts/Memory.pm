@@ -62,7 +62,7 @@ sub drain_watching
 	my ($ctx, $run, $pid) = @_;
 	my ($env, $res) = @$ctx{qw(env res)};
 	my $out = $env->file('memory_drain.out');
-	my $drain = IPC::Run::start([ @{ $env->psql_cmd }, '-f', $env->timed_drain_script ], '<', \undef, '>', $out, '2>', "$out.err");
+	my $drain = Bench::Util::start_bg([ @{ $env->psql_cmd }, '-f', $env->timed_drain_script ], '<', \undef, '>', $out, '2>', "$out.err");
 	my (%peak, %activity, $i);
 	while (Bench::Util::running($drain))
 	{
@@ -72,7 +72,7 @@ sub drain_watching
 			FROM pg_stat_activity WHERE pid = $pid") }++ if $i++ % 5 == 0;
 		Time::HiRes::sleep(0.2);
 	}
-	$drain->finish or die 'the drain did not finish: ' . Bench::Util::slurp("$out.err");
+	Bench::Util::finish_bg($drain) or die 'the drain did not finish: ' . Bench::Util::slurp("$out.err");
 	my $elapsed = Bench::Util::slurp($out);
 	$res->record('memory', 'drain_events_per_s', 'events/s', $run, $ctx->{cfg}{memory_events} / $elapsed);
 	$res->record('memory', "peak_${_}_mb", 'MB', $run, $peak{$_} / 1024) for qw(vmrss rssanon rssshmem pss pss_anon);

@@ -7,6 +7,7 @@ package Bench::Part::Sustained;
 
 use strict;
 use warnings;
+use Bench::Util ();
 use Bench::Load;
 use Bench::Stats qw(percentile ratio);
 use Time::HiRes ();
@@ -39,7 +40,7 @@ sub run
 		};
 		my $l = Bench::Load::run($env, label => 'sustained', rate => $rate, seconds => $t,
 			source => 'outbox', after_segment => $hook);
-		$holder->finish or die 'the snapshot-holding session failed' if $holder;
+		Bench::Util::finish_bg($holder) or die 'the snapshot-holding session failed' if $holder;
 		push @sizes, sizes($env, $run, 'end', int(Time::HiRes::time() - $l->{t0}));
 		sleep $cfg->{sustained_after_seconds};
 		push @sizes, sizes($env, $run, "end+$cfg->{sustained_after_seconds}s", int(Time::HiRes::time() - $l->{t0}));

@@ -84,11 +84,11 @@ sub psql_file
 	return $out;
 }
 
-# A psql in the background: [psql, -c, sql]... ; finish with ->finish.
+# A psql in the background running each of @sql; Bench::Util::finish_bg it.
 sub psql_bg
 {
 	my ($self, $outfile, @sql) = @_;
-	return IPC::Run::start([ @{ $self->psql_cmd }, map { ('-c', $_) } @sql ],
+	return Bench::Util::start_bg([ @{ $self->psql_cmd }, map { ('-c', $_) } @sql ],
 		'<', \undef, '>', $outfile, '2>', "$outfile.err");
 }
 
@@ -255,7 +255,7 @@ sub pgbench
 sub pgbench_bg
 {
 	my ($self, $out, $script, @args) = @_;
-	return IPC::Run::start($self->pgbench_cmd($script, @args), '<', \undef, '>', $out, '2>&1');
+	return Bench::Util::start_bg($self->pgbench_cmd($script, @args), '<', \undef, '>', $out, '2>&1');
 }
 
 sub pgbench_result

@@ -70,7 +70,7 @@ sub start_consumer
 	my $out = $self->file("consumer_$topic.out");
 	my @cmd = ("$self->{helpers}/latency-consumer", '-b', $self->bootstrap, '-t', $topic,
 		'-T', 100000, '-f', 1, '-d', "$out.samples");
-	my $h = IPC::Run::start(\@cmd, '<', \undef, '>', $out, '2>', "$out.err");
+	my $h = Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>', "$out.err");
 	wait_until(30, sub { slurp($out) =~ /^READY/m })
 	  or die "latency-consumer not ready: " . slurp("$out.err");
 	return { h => $h, out => $out, topic => $topic };
@@ -83,7 +83,7 @@ sub stop_consumer
 	my ($self, $c, $grace) = @_;
 	Time::HiRes::sleep($grace // 1);
 	$c->{h}->signal('TERM');
-	$c->{h}->finish;
+	Bench::Util::finish_bg($c->{h});
 	my $text = slurp($c->{out});
 	$text =~ /^RESULT (.*)$/m or die "latency-consumer printed no result: " . slurp("$c->{out}.err");
 	my %r = map { split /=/, $_, 2 } split ' ', $1;

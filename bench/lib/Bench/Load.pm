@@ -87,14 +87,14 @@ sub start_source
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
 		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0');
 	return { out => $out, kind => 'producer',
-		h => IPC::Run::start(\@cmd, '<', \undef, '>', $out, '2>&1') };
+		h => Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>&1') };
 }
 
 # Waits for the segment's load: { count, tps }.
 sub finish_source
 {
 	my ($env, $load) = @_;
-	$load->{h}->finish or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
+	Bench::Util::finish_bg($load->{h}) or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
 	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
 	my $text = Bench::Util::slurp($load->{out});
 	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)/m

@@ -5,8 +5,30 @@ package Bench::Util;
 use strict;
 use warnings;
 use Exporter qw(import);
+use IPC::Run ();
 
-our @EXPORT_OK = qw(slurp slurp_from running num proc_kb);
+our @EXPORT_OK = qw(slurp slurp_from running num proc_kb start_bg);
+
+# Background processes still running: a benchmark that dies must not leave
+# its consumers (which would run for a day) or load generators behind.
+my %bg;
+END { local $?; eval { $_->kill_kill(grace => 2) } for values %bg; }
+
+# IPC::Run::start, remembered until the harness is finished.
+sub start_bg
+{
+	my $h = IPC::Run::start(@_);
+	$bg{"$h"} = $h;
+	return $h;
+}
+
+# ->finish of a start_bg harness; true if it exited 0.
+sub finish_bg
+{
+	my ($h) = @_;
+	delete $bg{"$h"};
+	return $h->finish;
+}
 
 sub num { my ($v) = @_; return (defined $v && $v =~ /^-?[0-9.]+(e[-+]?\d+)?$/i) ? 0 + $v : undef; }
 
