@@ -42,7 +42,10 @@ sub main
 {
 	# the harness's chatter stays in its log (tmp_check/log); ours goes out
 	$STDOUT->autoflush(1);
+	# OutboxTest's notes (broker commands) go to the harness's log too
 	Test::More->builder->no_ending(1);
+	Test::More->builder->output(\*STDOUT);
+	Test::More->builder->failure_output(\*STDERR);
 	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
 	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases);
 	my $t0 = time;
