@@ -33,7 +33,7 @@ sub run
 	my $n = POSIX::ceil($o{seconds} / SEGMENT_S);
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
 	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
-	my (@tps, $prev);
+	my (@tps, @pending);
 	# fresh topics, known to the worker's producer (pg_outbox) before the
 	# load: a producer first learns a new topic's partitions, which holds
 	# its first messages and, in a stop-and-wait worker, the others behind
@@ -48,20 +48,34 @@ sub run
 	{
 		my $c = $next;
 		my $load = start_source($env, \%o, $c->{topic}, $len);
-		collect($env, \%r, $prev, 1) if $prev;
+		@pending = grep { !collect_if_delivered($env, \%r, $_) } @pending;
 		$next = $env->start_consumer($topics[$i]) if $i < $n;
 		my $res = finish_source($env, $load);
 		$r{committed} += $res->{count};
 		push @tps, $res->{tps};
+		# the segment's events are the outbox's ids up to here
+		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
+		push @pending, $c;
 		$o{after_segment}->($i, Time::HiRes::time() - $r{t0}) if $o{after_segment};
-		$prev = $c;
 	}
 	$env->wait_empty(900) if $o{source} eq 'outbox';
-	collect($env, \%r, $prev, 1);
+	collect($env, \%r, $_, 1) for @pending;
 	my $sum = 0;
 	$sum += $_ for @tps;
 	$r{tps} = $sum / @tps;
 	return \%r;
+}
+
+# A segment's consumer is stopped once the worker delivered every event of
+# the segment (none left with an id up to its last), so that a stall shows
+# as latency, not as events missing. True if stopped.
+sub collect_if_delivered
+{
+	my ($env, $r, $c) = @_;
+	return 0 if $c->{last_id}
+	  && $env->sql("SELECT EXISTS (SELECT FROM outbox WHERE id <= $c->{last_id})") eq 't';
+	collect($env, $r, $c, 0.5);
+	return 1;
 }
 
 sub collect
