@@ -156,7 +156,7 @@ sub meta
 			  . 'kafka_surplus = messages that reached the topic minus events (0 = none lost, none duplicated).',
 			'latency: consumer receive time minus clock_timestamp() taken in the statement that calls outbox_send '
 			  . '(so commit included); the load runs in segments of at most ' . $cfg->{latency_segment_seconds}
-			  . ' s, each into a fresh topic (the mock broker walks a partition\'s whole log on every fetch); '
+			  . ' s and ' . Bench::Load::SEGMENT_MESSAGES() . ' messages, each into a fresh topic (the mock broker walks a partition\'s whole log on every fetch); '
 			  . 'the consumer uses fetch.wait.max.ms=1; producer_<rate>_* is a plain librdkafka producer (linger.ms=0) '
 			  . 'at the same rate through the same broker and consumer: the floor; <rate>_p50_to_floor = outbox / floor.',
 			'sustained: windows by receive time; delivered_pct = events read back / events committed.',

@@ -2,7 +2,8 @@
 # latency and sustained parts; pg_outbox (pgbench calling outbox_send) and
 # the floor (a plain librdkafka producer) go through the same code.
 #
-# The load runs as back-to-back segments of at most SEGMENT_S seconds, each
+# The load runs as back-to-back segments of at most SEGMENT_S seconds (and
+# SEGMENT_MESSAGES messages, whichever is shorter, at least 1 s), each
 # into a topic nothing wrote to before, each read by its own consumer. The
 # mock broker (librdkafka 2.0.2) walks a partition's whole log on every
 # fetch, so on one long-lived topic the consumer's latency grows with the
@@ -19,7 +20,8 @@ use IPC::Run ();
 use POSIX ();
 use Time::HiRes ();
 
-use constant SEGMENT_S => 5;
+use constant SEGMENT_S        => 5;
+use constant SEGMENT_MESSAGES => 15000;
 
 # %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
 # clients (pgbench), before_load (sub called once all is ready),
@@ -30,7 +32,12 @@ use constant SEGMENT_S => 5;
 sub run
 {
 	my ($env, %o) = @_;
-	my $n = POSIX::ceil($o{seconds} / SEGMENT_S);
+	# at most SEGMENT_MESSAGES per segment: each is a message set of the
+	# plain producer (linger.ms=0), and the mock walks them all per fetch
+	my $seg = POSIX::floor(SEGMENT_MESSAGES / $o{rate});
+	$seg = SEGMENT_S if $seg > SEGMENT_S;
+	$seg = 1 if $seg < 1;
+	my $n = POSIX::ceil($o{seconds} / $seg);
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
 	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
 	my (@tps, @pending);
