@@ -175,8 +175,17 @@ int main(int argc, char **argv)
             double wait;
             struct timespec ts;
 
-            while ((wait = due - now_s()) > 0)
-                rd_kafka_poll(rk, wait > 0.001 ? (int)(wait * 1000) : 0);
+            /* sleep until due: polling with a 0 timeout below 1 ms
+             * would spin a core that the broker and the consumer need */
+            while ((wait = due - now_s()) > 0) {
+                if (wait >= 0.002)
+                    rd_kafka_poll(rk, (int)(wait * 1000) - 1);
+                else {
+                    struct timespec nap = {0, (long)(wait * 1e9)};
+
+                    nanosleep(&nap, NULL);
+                }
+            }
             clock_gettime(CLOCK_REALTIME, &ts);
             size = snprintf(value, 32, "%lld",
                             (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);

@@ -15,7 +15,7 @@
  * Usage:
  *   latency-consumer -b BROKERS -t TOPIC [-n COUNT] [-T TIMEOUT_S]
  *                    [-i IDLE_S] [-w WINDOW_S] [-f FETCH_WAIT_MS]
- *                    [-X name=value]...
+ *                    [-d FILE] [-X name=value]...
  *
  *   -n COUNT          stop after COUNT messages (default: no limit)
  *   -T TIMEOUT_S      stop after this many seconds in all (default 60)
@@ -26,6 +26,9 @@
  *   -f FETCH_WAIT_MS  fetch.wait.max.ms (default 1). librdkafka's mock
  *                     broker answers an empty fetch only after this wait,
  *                     so it bounds what the consumer adds to a latency.
+ *   -d FILE           at the end, write every sample to FILE, one line
+ *                     each: receive time (Unix seconds) and latency (ms),
+ *                     so that several runs can be summarised together
  *
  * Output (stdout):
  *   READY partitions=P           once every partition is assigned at its end
@@ -50,6 +53,7 @@
 typedef struct Sample {
     double at_s;   /* receive time, seconds since READY */
     double lat_ms; /* latency */
+    int64_t at_us; /* receive time, Unix microseconds */
 } Sample;
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -185,7 +189,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: latency-consumer -b BROKERS -t TOPIC [-n COUNT] [-T TIMEOUT_S] "
-            "[-i IDLE_S] [-w WINDOW_S] [-f FETCH_WAIT_MS] [-X name=value]...\n");
+            "[-i IDLE_S] [-w WINDOW_S] [-f FETCH_WAIT_MS] [-d FILE] [-X name=value]...\n");
     exit(2);
 }
 
@@ -195,6 +199,7 @@ int main(int argc, char **argv)
     long count = 0;
     double timeout_s = 60, idle_s = 0, window_s = 0;
     const char *fetch_wait = "1";
+    const char *dump = NULL;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_t *rk;
     rd_kafka_topic_t *rkt;
@@ -208,7 +213,7 @@ int main(int argc, char **argv)
     double ready, last_msg = 0, elapsed, *lat;
     int opt;
 
-    while ((opt = getopt(argc, argv, "b:t:n:T:i:w:f:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:T:i:w:f:d:X:")) != -1) {
         switch (opt) {
         case 'b':
             brokers = optarg;
@@ -230,6 +235,9 @@ int main(int argc, char **argv)
             break;
         case 'f':
             fetch_wait = optarg;
+            break;
+        case 'd':
+            dump = optarg;
             break;
         case 'X': {
             char *eq = strchr(optarg, '=');
@@ -327,6 +335,7 @@ int main(int argc, char **argv)
                     }
                     samples[nsamples].at_s = now - ready;
                     samples[nsamples].lat_ms = (at - ts) / 1000.0;
+                    samples[nsamples].at_us = at;
                     nsamples++;
                 } else
                     bad++;
@@ -343,6 +352,20 @@ int main(int argc, char **argv)
     }
     elapsed = mono_s() - ready;
 
+    if (dump) {
+        FILE *f = fopen(dump, "w");
+
+        if (!f) {
+            fprintf(stderr, "latency-consumer: %s: cannot write\n", dump);
+            return 2;
+        }
+        for (size_t i = 0; i < nsamples; i++)
+            fprintf(f, "%.6f %.3f\n", samples[i].at_us / 1e6, samples[i].lat_ms);
+        if (fclose(f) != 0) {
+            fprintf(stderr, "latency-consumer: %s: write failed\n", dump);
+            return 2;
+        }
+    }
     lat = malloc((nsamples ? nsamples : 1) * sizeof(double));
     if (window_s > 0 && nsamples > 0) {
         int nwindows = (int)(samples[nsamples - 1].at_s / window_s) + 1;

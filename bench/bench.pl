@@ -1,0 +1,175 @@
+#!/usr/bin/perl
+# The benchmark's driver, run by bench/run.sh as the unprivileged user once
+# the module and the helpers are built: starts the broker and a node, runs
+# the parts asked for (bench/parts/*.pm) and writes the results as JSON
+# (bench/results.json's shape) and as a table.
+#
+# Usage: bash bench/run.sh [--quick] [--part NAME[,NAME...]]... [--out PATH]
+#                          [--runs N] [--sustained-runs N] [--server-log PATH]
+#
+#   --part       enqueue | capture | drain | latency | sustained | memory | databases
+#                (default: all)
+#   --quick      fewer events and shorter runs, for a fast check
+#   --out        where the JSON goes (default bench/results.json)
+#   --runs       repetitions of each measurement (default 3)
+#   --sustained-runs  repetitions of the sustained part (default 1)
+#   --server-log also copy the server log there
+use strict;
+use warnings;
+
+# PostgreSQL::Test::Utils sends STDOUT and STDERR to its log file: keep ours
+BEGIN
+{
+	open(our $STDOUT, '>&', \*STDOUT) or die;
+	open(our $STDERR, '>&', \*STDERR) or die;
+}
+use FindBin;
+use lib "$FindBin::Bin/lib", "$FindBin::Bin/../t";
+use Bench::Env;
+use Bench::Util ();
+use Bench::Load;
+use Bench::Results;
+use File::Copy ();
+use Getopt::Long qw(GetOptionsFromArray);
+use Test::More ();
+
+my @ALL = qw(enqueue capture drain latency sustained memory databases);
+our ($STDOUT, $STDERR);
+
+main();
+
+sub main
+{
+	# the harness's chatter stays in its log (tmp_check/log); ours goes out
+	$STDOUT->autoflush(1);
+	# OutboxTest's notes (broker commands) go to the harness's log too
+	Test::More->builder->no_ending(1);
+	Test::More->builder->output(\*STDOUT);
+	Test::More->builder->failure_output(\*STDERR);
+	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
+	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases);
+	my $t0 = time;
+	my $env = $ctx->{env};
+	my $status = eval {
+		$env->start_broker;
+		$env->start_node;
+		$env->say('server up: ', $env->sql('SHOW server_version'), ", outbox workers: @{ $env->worker_pids }");
+		# this build's settings and their defaults (the worker is being rewritten)
+		$ctx->{settings} = { map { split /\|/, $_, 2 } split /\n/, $env->sql(
+			q{SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name LIKE 'outbox.%'}) };
+		for my $p (@ALL)
+		{
+			next unless grep { $_ eq $p } @{ $ctx->{parts} };
+			my $run = \&{ 'Bench::Part::' . ucfirst($p) . '::run' };
+			$run->($ctx);
+		}
+		'ok';
+	};
+	if (!$status)
+	{
+		print $STDERR "BENCHMARK FAILED: $@";
+		print $STDERR "--- server log (last lines)\n", tail($env->node->logfile, 40) if $env->{node};
+		$status = 'failed';
+	}
+	eval { finish($ctx, $status, time - $t0); 1 } or do { print $STDERR "writing the results failed: $@"; $status = 'failed' };
+	exit($status eq 'ok' ? 0 : 1);
+}
+
+sub options
+{
+	my @args = @_;
+	my %o = (runs => 3, 'sustained-runs' => 1, part => []);
+	GetOptionsFromArray(\@args, \%o, 'quick', 'part=s@', 'out=s', 'runs=i', 'sustained-runs=i',
+		'server-log=s', 'work=s', 'install-path=s', 'helpers=s', 'command=s')
+	  or die "bad options (see bash bench/run.sh --help)\n";
+	my @parts = map { split /,/ } @{ $o{part} };
+	@parts = @ALL unless @parts;
+	for my $p (@parts)
+	{
+		die "unknown part: $p (one of: @ALL)\n" unless grep { $_ eq $p } @ALL;
+	}
+	die "--runs/--sustained-runs: a positive number\n" unless $o{runs} > 0 && $o{'sustained-runs'} > 0;
+	my $cfg = sizes($o{quick});
+	my $env = Bench::Env->new(work => $o{work}, install_path => $o{'install-path'},
+		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT);
+	return { env => $env, res => Bench::Results->new($STDOUT), cfg => $cfg, opts => \%o,
+		parts => \@parts, runs => $o{runs}, sustained_runs => $o{'sustained-runs'} };
+}
+
+# What is measured how long; --quick for a fast check.
+sub sizes
+{
+	my ($quick) = @_;
+	my %c = (payload => 200, latency_rate => 1000, pgbench_clients => 8, topic_partitions => 12, brokers => 3,
+		latency_segment_seconds => Bench::Load::SEGMENT_S(), quick => $quick ? 1 : 0);
+	my @k = qw(enqueue_rows pgbench_seconds drain_events max_rate_seconds latency_seconds sustained_seconds
+	  sustained_hold_seconds sustained_window_seconds sustained_after_seconds memory_events large_events);
+	@c{@k} = $quick
+	  ? (20000, 4, 100000, 4, 5, 60, 20, 10, 20, 200000, 500)
+	  : (100000, 10, 500000, 10, 20, 300, 60, 30, 60, 1000000, 2000);
+	$c{drain_shards} = $quick ? [ 1, 2 ] : [ 1, 2, 4 ];
+	return \%c;
+}
+
+sub finish
+{
+	my ($ctx, $status, $duration) = @_;
+	my ($env, $res, $o) = @$ctx{qw(env res opts)};
+	my $log = $env->{node} ? $env->node->logfile : undef;
+	eval { $env->{node}->stop('fast') } if $env->{node};
+	# the wrapper copies these where --out and --server-log say
+	File::Copy::copy($log, "$o->{work}/server.log") if $log;
+	return if $res->empty && $status ne 'ok';
+	require Bench::ServerLog;
+	$res->write_json("$o->{work}/results.json", $status, meta($ctx, $duration), Bench::ServerLog::summary($log));
+	$res->print_table;
+	Bench::ServerLog::print_summary($log, $STDOUT);
+}
+
+sub meta
+{
+	my ($ctx, $duration) = @_;
+	my ($cfg, $o) = @$ctx{qw(cfg opts)};
+	my @t = gmtime;
+	return {
+		date => sprintf('%04d-%02d-%02dT%02d:%02d:%02dZ', $t[5] + 1900, $t[4] + 1, @t[3, 2, 1, 0]),
+		duration_s => $duration,
+		command => $o->{command} // "bash bench/run.sh",
+		quick => $o->{quick} ? JSON::PP::true : JSON::PP::false,
+		parts => join(' ', @{ $ctx->{parts} }),
+		runs => $ctx->{runs},
+		sustained_runs => $ctx->{sustained_runs},
+		git => $ENV{BENCH_GIT} // '',
+		postgres => `$o->{'install-path'}/bin/postgres --version` =~ s/\n//r,
+		librdkafka => $ENV{BENCH_LIBRDKAFKA} // '',
+		cpus => 0 + `nproc`,
+		kernel => `uname -r` =~ s/\n//r,
+		install_warning => '',
+		module_md5 => $ENV{BENCH_MODULE_MD5} // '',
+		outbox_settings => $ctx->{settings} // {},
+		notes => [
+			'Ratios are computed within each run, then summarised (median, min, max over runs).',
+			'enqueue *_time_ratio: outbox time / plain time (for pgbench: plain tps / outbox tps); delivery paused.',
+			'drain: from switching delivery on to an empty outbox, after VACUUM (ANALYZE) and CHECKPOINT '
+			  . '(outbox_burst_*: without them, the worker having just delivered single events from the small outbox); '
+			  . 'the SQL baseline reads and deletes the same batches (1000, in id order) from an ordinary table in one session; '
+			  . 'kafka_surplus = messages that reached the topic minus events (0 = none lost, none duplicated).',
+			'latency: consumer receive time minus clock_timestamp() taken in the statement that calls outbox_send '
+			  . '(so commit included); the load runs in segments of at most ' . $cfg->{latency_segment_seconds}
+			  . ' s and ' . Bench::Load::SEGMENT_MESSAGES() . ' messages, each into a fresh topic (the mock broker walks a partition\'s whole log on every fetch); '
+			  . 'the consumer uses fetch.wait.max.ms=1; producer_<rate>_* is a plain librdkafka producer (linger.ms=0) '
+			  . 'at the same rate through the same broker and consumer: the floor; <rate>_p50_to_floor = outbox / floor.',
+			'sustained: windows by receive time; delivered_pct = events read back / events committed.',
+			'memory: VmRSS counts the shared buffers the worker touched (RssShmem); RssAnon and Pss_Anon are its private memory.',
+		],
+		parameters => { latency_shards => 1, payload_bytes => $cfg->{payload},
+			map { $_ => ref $cfg->{$_} ? "@{ $cfg->{$_} }" : $cfg->{$_} } grep { !/^(?:quick|payload)$/ } keys %$cfg },
+	};
+}
+
+sub tail
+{
+	my ($file, $n) = @_;
+	my @lines = split /\n/, Bench::Util::slurp($file);
+	return join("\n", @lines[ ($#lines - $n + 1 > 0 ? $#lines - $n + 1 : 0) .. $#lines ]) . "\n";
+}

@@ -1,0 +1,108 @@
+# Bench::Kafka: the Kafka side of the benchmark's environment, a base class
+# of Bench::Env: the project's broker (OutboxTest's start_broker), fresh
+# topics, end offsets, and the two plain librdkafka helpers (the latency
+# consumer that measures every latency, the producer that is the baseline).
+package Bench::Kafka;
+
+use strict;
+use warnings;
+
+use Bench::Util qw(slurp num);
+use IPC::Run ();
+use OutboxTest qw(wait_until);
+use Time::HiRes ();
+
+use constant PARTITIONS => 12;
+use constant TOPIC      => 'bench';
+
+
+sub start_broker
+{
+	my ($self) = @_;
+	$self->{broker} = OutboxTest::start_broker(brokers => 3, topics => [ TOPIC . ':' . PARTITIONS ]);
+	$self->say('broker at ', $self->bootstrap);
+}
+
+sub bootstrap { return $_[0]{broker}->bootstrap; }
+
+# A topic of PARTITIONS partitions that nothing wrote to yet. The mock
+# broker finds a fetch's offset by walking the partition's whole log, so
+# latency is measured on fresh topics (see bench/README.md).
+sub fresh_topic
+{
+	my ($self, $label) = @_;
+	my $name = sprintf('lat_%s_%d', $label, ++$self->{topics});
+	$self->{broker}->command("create $name " . PARTITIONS);
+	return $name;
+}
+
+# Sends one event to each topic and waits until the worker delivered them.
+sub warm_topics
+{
+	my ($self, @topics) = @_;
+	$self->sql("SELECT count(outbox_send(t, 'warm-up', 'warm-up')) FROM unnest(ARRAY['"
+		  . join("', '", @topics) . "']) t");
+	$self->wait_empty(120);
+}
+
+# The sum of the end offsets of the topic's partitions (kcat -Q).
+sub kafka_total
+{
+	my ($self, $topic) = @_;
+	$topic //= TOPIC;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-Q', '-b', $self->bootstrap,
+		map { ('-t', "$topic:$_:-1") } 0 .. PARTITIONS - 1 ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat -Q failed: $err";
+	my @offsets = $out =~ /offset (-?\d+)/g;
+	die "kcat -Q: " . scalar(@offsets) . " offsets for $topic: $out" unless @offsets == PARTITIONS;
+	my $sum = 0;
+	$sum += $_ for @offsets;
+	return $sum;
+}
+
+
+# Starts latency-consumer at the end of $topic and waits for READY.
+sub start_consumer
+{
+	my ($self, $topic) = @_;
+	my $out = $self->file("consumer_$topic.out");
+	my @cmd = ("$self->{helpers}/latency-consumer", '-b', $self->bootstrap, '-t', $topic,
+		'-T', 100000, '-f', 1, '-d', "$out.samples");
+	my $h = Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>', "$out.err");
+	wait_until(30, sub { slurp($out) =~ /^READY/m })
+	  or die "latency-consumer not ready: " . slurp("$out.err");
+	return { h => $h, out => $out, topic => $topic };
+}
+
+# Stops it, after $grace seconds (default 1) for stragglers: { count, bad,
+# p50_ms, p99_ms, max_ms, samples => [[receive time (Unix s), ms], ...] }.
+sub stop_consumer
+{
+	my ($self, $c, $grace) = @_;
+	Time::HiRes::sleep($grace // 1);
+	$c->{h}->signal('TERM');
+	Bench::Util::finish_bg($c->{h});
+	my $text = slurp($c->{out});
+	$text =~ /^RESULT (.*)$/m or die "latency-consumer printed no result: " . slurp("$c->{out}.err");
+	my %r = map { split /=/, $_, 2 } split ' ', $1;
+	$_ = num($_) for values %r;
+	open my $fh, '<', "$c->{out}.samples" or die "$c->{out}.samples: $!";
+	$r{samples} = [ map { [ split ' ' ] } <$fh> ];
+	return \%r;
+}
+
+# The plain librdkafka producer: [args] -> { msgs, msgs_per_s, ... }.
+sub produce
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ "$self->{helpers}/baseline-producer", '-b', $self->bootstrap, @args ],
+		'<', \undef, '>', \$out, '2>', \$err) or die "baseline-producer: $out $err";
+	$out =~ /^RESULT (.*)$/m or die "baseline-producer: $out $err";
+	my %r = map { split /=/, $_, 2 } split ' ', $1;
+	return \%r;
+}
+
+1;

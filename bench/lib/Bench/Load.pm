@@ -1,0 +1,126 @@
+# Bench::Load: load at a fixed rate, read back by latency-consumer, for the
+# latency and sustained parts; pg_outbox (pgbench calling outbox_send) and
+# the floor (a plain librdkafka producer) go through the same code.
+#
+# The load runs as back-to-back segments of at most SEGMENT_S seconds (and
+# SEGMENT_MESSAGES messages, whichever is shorter, at least 1 s), each
+# into a topic nothing wrote to before, each read by its own consumer. The
+# mock broker (librdkafka 2.0.2) walks a partition's whole log on every
+# fetch, so on one long-lived topic the consumer's latency grows with the
+# topic's history, whoever produced it: that was the old floor's 27-77 ms
+# (bench/README.md). A consumer is started before its segment and stopped
+# during the next one, so the load itself has no gaps.
+package Bench::Load;
+
+use strict;
+use warnings;
+use Bench::Util ();
+
+use IPC::Run ();
+use POSIX ();
+use Time::HiRes ();
+
+use constant SEGMENT_S        => 5;
+use constant SEGMENT_MESSAGES => 15000;
+
+# %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
+# clients (pgbench), before_load (sub called once all is ready),
+# after_segment (sub called with the segment number and the seconds since
+# the start, between segments).
+# Returns { samples => [[receive time, ms]], committed, received, bad,
+#           tps, t0 (Unix s), segments }.
+sub run
+{
+	my ($env, %o) = @_;
+	# at most SEGMENT_MESSAGES per segment: each is a message set of the
+	# plain producer (linger.ms=0), and the mock walks them all per fetch
+	my $seg = POSIX::floor(SEGMENT_MESSAGES / $o{rate});
+	$seg = SEGMENT_S if $seg > SEGMENT_S;
+	$seg = 1 if $seg < 1;
+	my $n = POSIX::ceil($o{seconds} / $seg);
+	my $len = POSIX::floor($o{seconds} / $n) || 1;
+	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
+	my (@tps, @pending);
+	# fresh topics, known to the worker's producer (pg_outbox) before the
+	# load: a producer first learns a new topic's partitions, which holds
+	# its first messages and, in a stop-and-wait worker, the others behind
+	# them, for up to a second (the plain producer does so before its
+	# clock starts)
+	my @topics = map { $env->fresh_topic($o{label}) } 1 .. $n;
+	$env->warm_topics(@topics) if $o{source} eq 'outbox';
+	my $next = $env->start_consumer($topics[0]);
+	$o{before_load}->() if $o{before_load};
+	$r{t0} = Time::HiRes::time();
+	for my $i (1 .. $n)
+	{
+		my $c = $next;
+		my $load = start_source($env, \%o, $c->{topic}, $len);
+		@pending = grep { !collect_if_delivered($env, \%r, $_) } @pending;
+		$next = $env->start_consumer($topics[$i]) if $i < $n;
+		my $res = finish_source($env, $load);
+		$r{committed} += $res->{count};
+		push @tps, $res->{tps};
+		# the segment's events are the outbox's ids up to here
+		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
+		push @pending, $c;
+		$o{after_segment}->($i, Time::HiRes::time() - $r{t0}) if $o{after_segment};
+	}
+	$env->wait_empty(900) if $o{source} eq 'outbox';
+	collect($env, \%r, $_, 1) for @pending;
+	my $sum = 0;
+	$sum += $_ for @tps;
+	$r{tps} = $sum / @tps;
+	return \%r;
+}
+
+# A segment's consumer is stopped once the worker delivered every event of
+# the segment (none left with an id up to its last), so that a stall shows
+# as latency, not as events missing. True if stopped.
+sub collect_if_delivered
+{
+	my ($env, $r, $c) = @_;
+	return 0 if $c->{last_id}
+	  && $env->sql("SELECT EXISTS (SELECT FROM outbox WHERE id <= $c->{last_id})") eq 't';
+	collect($env, $r, $c, 0.5);
+	return 1;
+}
+
+sub collect
+{
+	my ($env, $r, $c, $grace) = @_;
+	my $res = $env->stop_consumer($c, $grace);
+	push @{ $r->{samples} }, @{ $res->{samples} };
+	$r->{received} += $res->{count};
+	$r->{bad} += $res->{bad};
+}
+
+sub start_source
+{
+	my ($env, $o, $topic, $len) = @_;
+	my $out = $env->file("load_$topic.out");
+	if ($o->{source} eq 'outbox')
+	{
+		my $clients = $o->{clients} // 8;
+		return { out => $out, kind => 'pgbench', h => $env->pgbench_bg($out,
+				$env->latency_script($topic), '-c', $clients, '-j', ($clients > 1 ? 2 : 1),
+				'-R', $o->{rate}, '-T', $len) };
+	}
+	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
+		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0');
+	return { out => $out, kind => 'producer',
+		h => Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>&1') };
+}
+
+# Waits for the segment's load: { count, tps }.
+sub finish_source
+{
+	my ($env, $load) = @_;
+	Bench::Util::finish_bg($load->{h}) or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
+	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
+	my $text = Bench::Util::slurp($load->{out});
+	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)/m
+	  or die "baseline-producer: $text";
+	return { count => $1, tps => $2 };
+}
+
+1;
