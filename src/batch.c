@@ -37,6 +37,8 @@ typedef struct Plans
 {
 	SPIPlanPtr	read;			/* next events, no key held back */
 	SPIPlanPtr	read_holding;	/* next events, keys behind a retry skipped */
+	SPIPlanPtr	read_skipping;	/* the same two, without what the window holds */
+	SPIPlanPtr	read_holding_skipping;
 	SPIPlanPtr	held;			/* keyed events waiting for their retry time */
 	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
 	SPIPlanPtr	delete;
@@ -104,6 +106,8 @@ forget_plans(void)
 {
 	free_plan(&plans.read);
 	free_plan(&plans.read_holding);
+	free_plan(&plans.read_skipping);
+	free_plan(&plans.read_holding_skipping);
 	free_plan(&plans.held);
 	free_plan(&plans.held_min);
 	free_plan(&plans.delete);
@@ -127,28 +131,63 @@ forget_plans(void)
  */
 #define EQ " OPERATOR(pg_catalog.=) "
 
+/*
+ * The read: the lowest due ids of a shard that are not behind a retry of
+ * their key, in id order, from two places:
+ *   - due retries below the scan start, found through the small partial
+ *     retry index (so a waiting retry never pins the scan start, and the
+ *     scan never walks what was deleted since);
+ *   - everything due from the scan start on.
+ * $1 shard, $2 scan start, $3 limit, $4 no id from here (see MAX_HELD),
+ * $5/$6 the hashes of held keys and their ids; the skipping variants take
+ * $7, the ids the window holds from the scan start on: a read pinned low by
+ * an open transaction does not copy in-flight rows again. Those are planned
+ * for each read, where the array is a constant the executor hashes.
+ */
+#define READ_COLUMNS "o.id, o.topic, o.key, o.payload, o.headers, o.created_at, o.ctid," \
+	" o.payload_type, o.attempts"
+
+static char *
+read_sql(const char *s, const char *hold, const char *skip)
+{
+	return psprintf("SELECT * FROM ("
+					"(SELECT " READ_COLUMNS " FROM %s.outbox o"
+					" WHERE o.shard" EQ "$1 AND o.next_attempt_at IS NOT NULL"
+					" AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+					" AND o.id OPERATOR(pg_catalog.<) $2 AND o.id OPERATOR(pg_catalog.<) $4"
+					"%s%s ORDER BY o.id LIMIT $3)"
+					" UNION ALL"
+					" (SELECT " READ_COLUMNS " FROM %s.outbox o"
+					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
+					" AND o.id OPERATOR(pg_catalog.<) $4"
+					" AND (o.next_attempt_at IS NULL"
+					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					"%s%s ORDER BY o.id LIMIT $3)"
+					") r ORDER BY r.id LIMIT $3",
+					s, hold, skip, s, hold, skip);
+}
+
 static void
 prepare_read_plans(const char *s)
 {
-	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID, INT8ARRAYOID};
+	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID,
+	INT8ARRAYOID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
-	const char *read_sql =
-		"SELECT id, topic, key, payload, headers, created_at, ctid, payload_type, attempts"
-		" FROM %s.outbox o"
-		" WHERE shard" EQ "$1 AND id OPERATOR(pg_catalog.>=) $2"
-		" AND id OPERATOR(pg_catalog.<) $4"
-		" AND (next_attempt_at IS NULL"
-		"      OR next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-		"%s ORDER BY id LIMIT $3";
+	/* keys by their hash: an array of 10000 long keys would pass 1 GB */
 	const char *holding =
 		" AND NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6))"
-		"   AS h(key, id)"
-		"   WHERE o.key" EQ "h.key AND o.id OPERATOR(pg_catalog.>) h.id)";
+		"   AS h(key_hash, id)"
+		"   WHERE pg_catalog.sha256(o.key)" EQ "h.key_hash AND o.id OPERATOR(pg_catalog.>) h.id)";
+	const char *skipping = " AND o.id OPERATOR(pg_catalog.<>) ALL ($7)";
 
-	plans.read = prepare(psprintf(read_sql, s, ""), 4, read_args);
-	plans.read_holding = prepare(psprintf(read_sql, s, holding), 6, read_args);
+	plans.read = prepare(read_sql(s, "", ""), 6, read_args);
+	plans.read_holding = prepare(read_sql(s, holding, ""), 6, read_args);
+	plans.read_skipping = prepare_with(read_sql(s, "", skipping), 7, read_args,
+									   CURSOR_OPT_CUSTOM_PLAN);
+	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 7, read_args,
+											   CURSOR_OPT_CUSTOM_PLAN);
 	plans.held = prepare(psprintf(
-								  "SELECT key, id FROM %s.outbox"
+								  "SELECT pg_catalog.sha256(key), id FROM %s.outbox"
 								  " WHERE shard" EQ "$1 AND key IS NOT NULL"
 								  " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()"
 								  " ORDER BY id LIMIT %d", s, MAX_HELD),
@@ -245,7 +284,7 @@ prepare_plans(const char *schema)
 									2, rotate_args);
 	/* from the worker's position: the deleted rows before it are skipped */
 	plans.oldest = prepare(psprintf(
-									"SELECT created_at FROM %s.outbox WHERE shard" EQ "$1"
+									"SELECT created_at, id FROM %s.outbox WHERE shard" EQ "$1"
 									" AND id OPERATOR(pg_catalog.>=) $2 ORDER BY id LIMIT 1", s),
 						   2, oldest_args);
 	plans.pending = prepare(psprintf(
@@ -289,11 +328,12 @@ outbox_instance_id(void)
 
 /*
  * Finds the extension in this database; (re)prepares the plans if it was
- * created again, and then sets *recreated: the new table's ids start
- * again from 1. Returns false while it is absent. Runs inside a step.
+ * created again (the read then sees that the cursor is of another
+ * extension: the new table's ids start again from 1). Returns false while
+ * it is absent. Runs inside a step.
  */
 static bool
-find_extension(bool *recreated)
+find_extension(void)
 {
 	Oid			extension_oid;
 	char	   *schema;
@@ -301,7 +341,6 @@ find_extension(bool *recreated)
 	bool		isnull;
 
 	/* the cheap check every step; SQL only when the extension changed */
-	*recreated = false;
 	extension_oid = get_extension_oid("outbox", true);
 	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
 		return true;
@@ -333,7 +372,6 @@ find_extension(bool *recreated)
 	forget_plans();
 	prepare_plans(schema);
 	plans_extension_oid = extension_oid;
-	*recreated = true;
 	return true;
 }
 
@@ -371,9 +409,14 @@ int8_array(int64 *values, int n)
 	return construct_array(datums, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
 }
 
+/*
+ * Copies the headers (a jsonb object of strings) and frees the detoasted
+ * jsonb: the batch keeps only the copies, which the event's size counts.
+ */
 static void
-copy_headers(OutboxEvent *event, Jsonb *headers)
+copy_headers(OutboxEvent *event, Datum datum)
 {
+	Jsonb	   *headers = DatumGetJsonbP(datum);
 	JsonbIterator *it = JsonbIteratorInit(&headers->root);
 	JsonbValue	v;
 	JsonbIteratorToken token;
@@ -385,11 +428,19 @@ copy_headers(OutboxEvent *event, Jsonb *headers)
 	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		if (token == WJB_KEY)
+		{
 			event->header_names[i] = pnstrdup(v.val.string.val, v.val.string.len);
+			event->size += v.val.string.len + 1;
+		}
 		else if (token == WJB_VALUE && v.type == jbvString)
+		{
 			event->header_values[i++] = pnstrdup(v.val.string.val, v.val.string.len);
+			event->size += v.val.string.len + 1;
+		}
 	}
 	event->nheaders = i;
+	if ((Pointer) headers != DatumGetPointer(datum))
+		pfree(headers);
 }
 
 /* Copies a bytea, detoasting it without keeping a second copy. */
@@ -408,8 +459,9 @@ copy_bytes(Datum datum, char **data, int *len)
 
 /*
  * Copies the rows SPI returned into the batch, in the batch's context, up
- * to max_bytes of payloads and keys (at least one event): the rest is read
- * again next time, so a worker's memory is bounded by bytes, not events.
+ * to max_bytes of what the events bring (payload, key, headers and topic;
+ * at least one event): the rest is read again next time, so a worker's
+ * memory is bounded by bytes, not events, whatever part of an event is big.
  */
 static void
 copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
@@ -437,14 +489,15 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 			copy_bytes(value, &event->payload, &event->payloadlen);
 		value = SPI_getbinval(row, desc, 5, &isnull);
 		if (!isnull)
-			copy_headers(event, DatumGetJsonbP(value));
+			copy_headers(event, value);
 		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
 		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
 		value = SPI_getbinval(row, desc, 8, &isnull);
 		event->payload_type = isnull ? 0 : DatumGetChar(value);
 		event->attempts = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
 		event->outcome = EVENT_SKIPPED;
-		bytes += event->payloadlen + event->keylen;
+		event->size += (int64) event->payloadlen + event->keylen + strlen(event->topic) + 1;
+		bytes += event->size;
 		n++;
 	}
 	batch->nevents = n;
@@ -454,15 +507,13 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 }
 
 /*
- * Reads the keys of events waiting for a retry: later events with those
- * keys must wait behind them. Returns how many keys hold others back; sets
- * *read_below to the id no read may reach while more keys wait than one
- * read can hold back, and *min_id to the lowest waiting id, keyless ones
- * included (the cursor must come back to them).
+ * Reads the keys (their hashes) of events waiting for a retry: later
+ * events with those keys must wait behind them. Returns how many keys hold
+ * others back; sets *read_below to the id no read may reach while more
+ * keys wait than one read can hold back.
  */
 static int
-read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
-		  int64 *min_id)
+read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below)
 {
 	Datum		args[1] = {Int32GetDatum(shard)};
 	Datum	   *key_datums;
@@ -470,7 +521,6 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
 	bool		isnull;
 	int			n;
 
-	*min_id = PG_INT64_MAX;
 	*read_below = PG_INT64_MAX;
 	/*
 	 * Every read looks (an operator may set retry times too); with no event
@@ -478,12 +528,9 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
 	 */
 	if (SPI_execute_plan(plans.held_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
-	*min_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (isnull)
-	{
-		*min_id = PG_INT64_MAX;
 		return 0;
-	}
 
 	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
@@ -514,8 +561,43 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below,
  * batch, so a read thrown away cannot consume it. Returns false while the
  * extension does not exist.
  */
+/*
+ * Runs the read in the variant it needs: holding keys back or not, and
+ * leaving out the window's events at or above scan_from, if there are any.
+ */
+static int
+execute_read(int shard, int64 scan_from, int limit, int64 read_below, int nheld,
+			 ArrayType *held_keys, ArrayType *held_ids, const int64 *window_ids,
+			 int nwindow)
+{
+	int64	   *skip = palloc(sizeof(int64) * Max(nwindow, 1));
+	int			nskip = 0;
+	Datum		args[7];
+	char		nulls[8] = "       ";
+	SPIPlanPtr	plan;
+
+	for (int i = 0; i < nwindow; i++)
+		if (window_ids[i] >= scan_from)
+			skip[nskip++] = window_ids[i];
+	args[0] = Int32GetDatum(shard);
+	args[1] = Int64GetDatum(scan_from);
+	args[2] = Int32GetDatum(limit);
+	args[3] = Int64GetDatum(read_below);
+	args[4] = PointerGetDatum(held_keys);
+	args[5] = PointerGetDatum(held_ids);
+	args[6] = PointerGetDatum(int8_array(skip, nskip));
+	if (nheld == 0)
+		nulls[4] = nulls[5] = 'n';
+	if (nskip == 0)
+		plan = nheld > 0 ? plans.read_holding : plans.read;
+	else
+		plan = nheld > 0 ? plans.read_holding_skipping : plans.read_skipping;
+	return SPI_execute_plan(plan, args, nulls, true, 0);
+}
+
 bool
 outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
+				  Oid cursor_extension, const int64 *window_ids, int nwindow,
 				  int limit, int64 max_bytes, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
@@ -524,34 +606,30 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	int64		read_below;
 	int			nheld;
 	int			ret;
-	bool		recreated;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
-	if (!find_extension(&recreated))
+	if (!find_extension())
 	{
 		end_step(batch_context);
 		return false;
 	}
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
-	nheld = read_held(shard, &held_keys, &held_ids, &read_below, &batch->held_min_id);
+	nheld = read_held(shard, &held_keys, &held_ids, &read_below);
 
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
 	batch->scan_from = Min(cursor, batch->floor);
-	if (batch->rewind_generation != rewind_generation || recreated)
+	if (batch->rewind_generation != rewind_generation ||
+		cursor_extension != plans_extension_oid)
 		batch->scan_from = 0;
-
-	{
-		Datum		args[6] = {Int32GetDatum(shard), Int64GetDatum(batch->scan_from),
-			Int32GetDatum(limit), Int64GetDatum(read_below),
-		PointerGetDatum(held_keys), PointerGetDatum(held_ids)};
-
-		ret = SPI_execute_plan(nheld > 0 ? plans.read_holding : plans.read,
-							   args, NULL, true, 0);
-	}
+	/* the ids of the window's events are of the cursor's extension */
+	if (cursor_extension != plans_extension_oid)
+		nwindow = 0;
+	ret = execute_read(shard, batch->scan_from, limit, read_below, nheld, held_keys,
+					   held_ids, window_ids, nwindow);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading a batch failed");
 	copy_events(batch, batch_context, max_bytes);
@@ -665,11 +743,10 @@ bool
 outbox_settle_events(OutboxEvent **events, int nevents, Oid extension_oid, int shard)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
-	bool		recreated;
 	bool		current;
 
 	begin_step("outbox: settling delivered events");
-	current = find_extension(&recreated) && plans_extension_oid == extension_oid;
+	current = find_extension() && plans_extension_oid == extension_oid;
 	if (current)
 	{
 		delete_delivered(events, nevents, shard);
@@ -684,11 +761,10 @@ bool
 outbox_extension_exists(void)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
-	bool		recreated;
 	bool		found;
 
 	begin_step("outbox: looking for the extension");
-	found = find_extension(&recreated);
+	found = find_extension();
 	end_step(caller_context);
 	return found;
 }
@@ -705,10 +781,9 @@ outbox_reshard_orphans(int shard)
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[2] = {Int32GetDatum(shard), Int32GetDatum(outbox_shards)};
 	int			moved = 0;
-	bool		recreated;
 
 	begin_step("outbox: adopting events of removed shards");
-	if (find_extension(&recreated))
+	if (find_extension())
 	{
 		if (SPI_execute_plan(plans.reshard, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "outbox: adopting events of removed shards failed");
@@ -719,28 +794,30 @@ outbox_reshard_orphans(int shard)
 }
 
 /*
- * The created_at of the shard's first event from from_id on (the lowest
- * id the worker may still have to deliver); false when there is none or
- * no extension.
+ * The created_at and id of the shard's first event from from_id on; false
+ * when there is none or no extension.
  */
 bool
-outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at)
+outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at, int64 *id)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[2] = {Int32GetDatum(shard), Int64GetDatum(from_id)};
 	bool		found = false;
-	bool		recreated;
 	bool		isnull;
 
 	begin_step("outbox: looking at the oldest pending event");
-	if (find_extension(&recreated))
+	if (find_extension())
 	{
 		if (SPI_execute_plan(plans.oldest, args, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "outbox: reading the oldest pending event failed");
 		found = (SPI_processed == 1);
 		if (found)
+		{
 			*created_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															SPI_tuptable->tupdesc, 1, &isnull));
+			*id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 2, &isnull));
+		}
 	}
 	end_step(caller_context);
 	return found;
@@ -753,11 +830,10 @@ outbox_pending_count(int shard)
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[1] = {Int32GetDatum(shard)};
 	int64		count = 0;
-	bool		recreated;
 	bool		isnull;
 
 	begin_step("outbox: counting pending events");
-	if (find_extension(&recreated))
+	if (find_extension())
 	{
 		if (SPI_execute_plan(plans.pending, args, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "outbox: counting pending events failed");

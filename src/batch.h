@@ -15,11 +15,10 @@ typedef struct OutboxBatch
 {
 	int			nevents;
 	OutboxEvent *events;
-	int64		bytes;			/* of the payloads and keys copied */
+	int64		bytes;			/* of what its events hold (OutboxEvent.size) */
 	bool		more;			/* the read stopped at a limit: read again */
 	int64		scan_from;		/* the read covered ids from here */
 	int64		floor;			/* lowest id an open transaction can commit */
-	int64		held_min_id;	/* lowest id waiting for its retry time */
 	uint64		rewind_generation;	/* of the registry, when read */
 	Oid			extension_oid;	/* the extension the rows were read from */
 	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
@@ -29,11 +28,15 @@ extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_extension_exists(void);
 
 /*
- * Reads up to limit events (and max_bytes of payloads and keys, at least
- * one event) into batch, in the current memory context.
+ * Reads up to limit events (and max_bytes of what they hold, at least one
+ * event) into batch, in the current memory context: from the cursor (of
+ * the extension cursor_extension: another one is read from its start),
+ * leaving out window_ids, the ids the window holds unsettled.
  */
 extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
-							  int64 cursor, int limit, int64 max_bytes,
+							  int64 cursor, Oid cursor_extension,
+							  const int64 *window_ids, int nwindow,
+							  int limit, int64 max_bytes,
 							  uint64 rewind_generation);
 
 /*
@@ -45,7 +48,8 @@ extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
 extern bool outbox_settle_events(OutboxEvent **events, int nevents,
 								 Oid extension_oid, int shard);
 
-extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at);
+extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at,
+								  int64 *id);
 extern int64 outbox_pending_count(int shard);
 extern const char *outbox_instance_id(void);
 

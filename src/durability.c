@@ -13,6 +13,7 @@
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "pgstat.h"
 #include "replication/syncrep.h"
 #include "replication/walsender_private.h"
@@ -77,7 +78,8 @@ outbox_wait_durable(XLogRecPtr lsn)
 	XLogFlush(lsn);
 	while (sync_standbys_defined() && sync_standbys_flushed() < lsn)
 	{
-		if (ProcDiePending)
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
 			return false;
 		if (!reported)
 			pgstat_report_activity(STATE_RUNNING,

@@ -39,6 +39,8 @@ typedef struct OutboxEvent
 	char	  **header_names;
 	char	  **header_values;
 	TimestampTz created_at;
+	int64		size;			/* bytes the worker holds for it: payload, key,
+								 * headers, topic */
 	int			attempts;		/* refusals counted so far */
 	EventOutcome outcome;
 	TimestampTz acked_at;		/* when Kafka acknowledged it (DELIVERED) */

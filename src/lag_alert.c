@@ -48,47 +48,51 @@ report(int shard, bool late, double lag_s)
 					   last_error[0] ? last_error : "none")));
 }
 
-static void
+static int64
 check(int shard, int64 from_id, TimestampTz now)
 {
 	TimestampTz oldest;
+	int64		oldest_id = PG_INT64_MAX;
 	TimestampTz last_line;
 	double		lag_s = 0;
 	bool		late;
 	/* in shared memory: a restarted worker does not warn again */
 	bool		warned = outbox_stats_lag_warned(&last_line);
 
-	if (outbox_oldest_pending(shard, from_id, &oldest) && oldest < now)
+	if (outbox_oldest_pending(shard, from_id, &oldest, &oldest_id) && oldest < now)
 		lag_s = (double) (now - oldest) / USECS_PER_SEC;
 	late = lag_s * 1000.0 > outbox_lag_warning_ms;
 	if (late == warned)
-		return;
+		return oldest_id;
 	/* a change within a minute of the last line waits for a later look */
 	if (last_line != 0 && !TimestampDifferenceExceeds(last_line, now, LINE_INTERVAL_MS))
-		return;
+		return oldest_id;
 	report(shard, late, lag_s);
 	outbox_stats_set_lag_warned(late, now);
+	return oldest_id;
 }
 
 /*
  * Looks at the lag of the shard's events from from_id on, at most once a
- * second. Runs its own transactions, so it must be called outside one; an
+ * second, and returns the id of the first one (PG_INT64_MAX: none, or no
+ * look). Runs its own transactions, so it must be called outside one; an
  * error is logged and leaves the worker's state as it was.
  */
-void
+int64
 outbox_check_lag(int shard, int64 from_id)
 {
+	volatile int64 oldest_id = PG_INT64_MAX;
 	MemoryContext context = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (outbox_lag_warning_ms <= 0 || RecoveryInProgress() ||
 		!TimestampDifferenceExceeds(last_check, now, CHECK_INTERVAL_MS))
-		return;
+		return PG_INT64_MAX;
 	last_check = now;
 	PG_TRY();
 	{
-		check(shard, from_id, now);
+		oldest_id = check(shard, from_id, now);
 	}
 	PG_CATCH();
 	{
@@ -100,4 +104,5 @@ outbox_check_lag(int shard, int64 from_id)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);
+	return oldest_id;
 }

@@ -7,6 +7,6 @@
 
 #include "postgres.h"
 
-extern void outbox_check_lag(int shard, int64 from_id);
+extern int64 outbox_check_lag(int shard, int64 from_id);
 
 #endif							/* OUTBOX_LAG_ALERT_H */

@@ -21,6 +21,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -419,7 +420,8 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 			return false;
 		}
 		/* a stopping worker produces nothing more; the event stays */
-		if (ProcDiePending)
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
 		{
 			event->outcome = EVENT_FAILED_RETRIABLE;
 			event->error = "the worker is stopping";

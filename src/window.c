@@ -42,7 +42,7 @@ struct OutboxWindow
 	MemoryContext context;
 	dlist_head	chunks;			/* in the order they were read */
 	int			events;			/* not settled */
-	int64		bytes;			/* their payloads and keys */
+	int64		bytes;			/* what they hold (OutboxEvent.size) */
 	int			in_flight;		/* produced, no report yet */
 	int			reported;		/* with an outcome, not settled */
 	int			failed;			/* of those, undelivered */
@@ -64,7 +64,7 @@ chunk_of(OutboxBatch *batch)
 static int64
 event_bytes(const OutboxEvent *event)
 {
-	return (int64) event->payloadlen + event->keylen;
+	return event->size;
 }
 
 OutboxWindow *
@@ -265,11 +265,47 @@ outbox_window_reported(OutboxWindow *window, const OutboxReports *reports)
 	count_reported(window, reports->delivered + reports->failed, reports->failed);
 }
 
+/*
+ * The counters again from the events themselves: a producer destroyed
+ * while events were in flight may have served reports the window never
+ * heard of, and the counters must not drift (a negative failed count would
+ * keep a rewind from ever ending).
+ */
+static void
+recount(OutboxWindow *window)
+{
+	dlist_iter	iter;
+	int			reported = 0;
+
+	window->in_flight = 0;
+	window->failed = 0;
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+		{
+			OutboxEvent *event = &chunk->batch.events[i];
+
+			if (event->settled)
+				continue;
+			if (event->outcome == EVENT_IN_FLIGHT)
+				window->in_flight++;
+			else
+				reported++;
+			if (outbox_event_undelivered(event))
+				window->failed++;
+		}
+	}
+	if (reported > 0 && window->reported == 0)
+		window->reported_since = GetCurrentTimestamp();
+	window->reported = reported;
+}
+
 void
 outbox_window_abandon(OutboxWindow *window, const char *why)
 {
 	dlist_iter	iter;
-	int			abandoned = 0;
 
 	dlist_foreach(iter, &window->chunks)
 	{
@@ -283,11 +319,9 @@ outbox_window_abandon(OutboxWindow *window, const char *why)
 				continue;
 			event->outcome = EVENT_NOT_SENT;
 			event->error = why;
-			abandoned++;
 		}
 	}
-	window->in_flight = 0;
-	count_reported(window, abandoned, abandoned);
+	recount(window);
 }
 
 int
@@ -408,6 +442,27 @@ outbox_window_settled(OutboxWindow *window, OutboxEvent **events, int nevents,
 	if (window->events == 0)
 		window->max_id = 0;
 	publish_range(window);
+}
+
+int
+outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid, int64 **ids)
+{
+	int64	   *list = palloc(sizeof(int64) * Max(window->events, 1));
+	dlist_iter	iter;
+	int			n = 0;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		if (chunk->batch.extension_oid != extension_oid)
+			continue;
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+			if (!chunk->batch.events[i].settled)
+				list[n++] = chunk->batch.events[i].id;
+	}
+	*ids = list;
+	return n;
 }
 
 int64

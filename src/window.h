@@ -40,7 +40,11 @@ extern void outbox_window_refused(OutboxWindow *window, OutboxEvent *event);
 /* Counts what the producer's delivery reports said. */
 extern void outbox_window_reported(OutboxWindow *window, const OutboxReports *reports);
 
-/* Events with no report yet are read again: their fate is unknown. */
+/*
+ * Events with no report yet are read again: their fate is unknown. The
+ * counters are made again from the events' outcomes (reports served where
+ * the window did not hear of them, as in the producer's destroy, count).
+ */
 extern void outbox_window_abandon(OutboxWindow *window, const char *why);
 
 extern int	outbox_window_in_flight(OutboxWindow *window);
@@ -68,5 +72,9 @@ extern void outbox_window_settled(OutboxWindow *window, OutboxEvent **events,
 
 /* The lowest id the window holds unsettled, PG_INT64_MAX if none. */
 extern int64 outbox_window_lowest_id(OutboxWindow *window);
+
+/* The ids of the unsettled events read from extension_oid (palloc'd). */
+extern int	outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid,
+										int64 **ids);
 
 #endif							/* OUTBOX_WINDOW_H */

@@ -17,6 +17,12 @@
  * the extension is absent, the server is in recovery, delivery is paused
  * or Kafka is unreachable; an error in a pass is logged and the pass is
  * retried after a back-off, so the worker never crash-loops.
+ *
+ * A stop request (SIGTERM: a shutdown, pg_terminate_backend, a DDL pause)
+ * only sets a flag: the worker sees its window through, at most for
+ * outbox.shutdown_timeout, and then exits quietly. Interrupts are never
+ * held, so what the server asks of every process (ProcSignalBarriers,
+ * memory-context logging) is absorbed at once, also mid-pass.
  */
 #include "worker.h"
 #include "backoff.h"
@@ -65,18 +71,22 @@ typedef struct WorkerState
 {
 	int			slot;			/* in shared memory (shmem.c) */
 	int			shard;
+	bool		extension_checked;	/* the first lookup was made */
 	bool		extension_gone;	/* a read found no extension: exit */
+	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
 	char	   *producer_settings;	/* what the producer was built from */
 	bool		rebuild_producer;	/* settings changed or producer failed */
 	OutboxWindow *window;
 	int64		cursor;			/* every id below is read or can't appear */
+	Oid			cursor_extension;	/* the extension the cursor is of */
 	uint64		rewind_generation;
 	bool		adopted_orphans;
 	bool		rewinding;		/* after a failure: produce nothing until
 								 * every report is in and settled */
 	bool		gave_up;		/* stopping after an error: leave at once */
 	TimestampTz drain_deadline; /* stopping or rebuilding: last wait for reports */
+	TimestampTz stop_deadline;	/* stopping: exit by then whatever is held */
 	bool		read_wanted;	/* a commit woke us, or a read stopped at a limit */
 	TimestampTz next_read_at;	/* read then even if no commit wakes us */
 	int			pass_failures;	/* passes in a row that raised an error */
@@ -84,10 +94,18 @@ typedef struct WorkerState
 	TimestampTz backoff_until;	/* no read or settle before */
 	WaitReason	logged_wait;	/* so each wait is logged once */
 	MemoryContext pass_context; /* what a pass allocates outside the window */
-	WaitEventSet *wait_set;
-	OutboxProducer *wait_producer;	/* whose pipe wait_set watches */
+	WaitEventSet *wait_set;		/* freed with the producer whose pipe it watches */
+	bool		wait_set_pipe;	/* it watches the producer's pipe */
 	TimestampTz last_look;		/* see look_around() */
+	int			looks;			/* how many look_around() made */
+	int64		lag_floor;		/* the first pending id the last full look saw */
 } WorkerState;
+
+/*
+ * Static, not on the stack: the exit callback reads it also when an error
+ * outside a pass unwinds outbox_worker_main.
+ */
+static WorkerState worker_state;
 
 /* For the log, the envelope and Kafka's client.id: set once connected. */
 static char database_name[NAMEDATALEN];
@@ -114,19 +132,34 @@ ms_until(TimestampTz t)
 
 /*
  * Without the extension (never created, or dropped) the worker exits once
- * it holds nothing; the launcher learns it from the slot.
+ * it holds nothing; the launcher learns it from the slot. A look of its own
+ * decides, not an earlier read's: the extension may be back since. Part of
+ * a pass (an extension of another version is an error there, retried after
+ * a back-off, not an exit).
  */
 static void
-exit_unless_extension(WorkerState *st, bool found)
+look_for_extension(WorkerState *st)
 {
-	if (found)
-	{
-		outbox_worker_found_extension(st->slot, true);
+	bool		found;
+
+	if (st->extension_checked && !st->extension_gone)
 		return;
-	}
-	if (st->window != NULL && !outbox_window_is_empty(st->window))
+	if (st->extension_gone && !outbox_window_is_empty(st->window))
 		return;
-	outbox_worker_found_extension(st->slot, false);
+	found = outbox_extension_exists();
+	st->extension_gone = !found;
+	outbox_worker_found_extension(st->slot, found);
+	st->exit_now = !found;
+	if (found && !st->extension_checked)
+		ereport(LOG,
+				(errmsg("%s of %d started: delivering to %s", worker_name, outbox_shards,
+						outbox_brokers)));
+	st->extension_checked = true;
+}
+
+static void
+exit_without_extension(WorkerState *st)
+{
 	outbox_stats_set_state(SHARD_NO_EXTENSION);
 	proc_exit(0);
 }
@@ -140,13 +173,26 @@ log_wait_once(WorkerState *st, WaitReason reason, const char *message)
 	ereport(LOG, (errmsg("%s: %s", worker_name, message)));
 }
 
+static bool
+stopping(void)
+{
+	return ShutdownRequestPending;
+}
+
+/* A stopping worker waits at most a second, and never past its deadline. */
+#define STOPPING_BACKOFF_MS 1000
+
 static void
 back_off(WorkerState *st)
 {
 	int			failures = Max(st->pass_failures, st->kafka_failures);
+	int			ms = outbox_backoff_ms(failures);
 
-	st->backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													outbox_backoff_ms(failures));
+	if (stopping())
+		ms = Min(ms, STOPPING_BACKOFF_MS);
+	st->backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+	if (st->stop_deadline != 0)
+		st->backoff_until = Min(st->backoff_until, st->stop_deadline);
 }
 
 static bool
@@ -178,6 +224,11 @@ reload_settings(WorkerState *st)
 	st->read_wanted = true;
 }
 
+/*
+ * The wait set watches the producer's pipe: it goes with the producer. (A
+ * new producer may get the old one's address and even its pipe's fd
+ * number, so nothing short of a new set is sure to watch the new pipe.)
+ */
 static void
 drop_producer(WorkerState *st)
 {
@@ -186,13 +237,16 @@ drop_producer(WorkerState *st)
 	st->producer = NULL;
 	st->rebuild_producer = false;
 	st->drain_deadline = 0;
+	if (st->wait_set != NULL)
+		FreeWaitEventSet(st->wait_set);
+	st->wait_set = NULL;
 }
 
 /* librdkafka's threads must be gone before the process exits */
 static void
 drop_producer_at_exit(int code, Datum arg)
 {
-	drop_producer((WorkerState *) DatumGetPointer(arg));
+	drop_producer(&worker_state);
 }
 
 /* Makes the producer, once the old one (if any) was drained and dropped. */
@@ -222,7 +276,7 @@ ensure_producer(WorkerState *st)
 static bool
 draining(WorkerState *st)
 {
-	return ProcDiePending || st->rebuild_producer;
+	return stopping() || st->rebuild_producer;
 }
 
 /*
@@ -341,14 +395,18 @@ log_refusals(OutboxEvent **events, int n)
 				 errdetail("Refused events are retried after a back-off and become dead letters after outbox.max_attempts.")));
 }
 
-/* The lowest id of a settled list that stays in the outbox. */
+/*
+ * The lowest id of a settled list that stays in the outbox untouched, to
+ * be read again in order. A failure is not: it now has a retry time, and
+ * the read finds it through the retry index when it is due.
+ */
 static int64
-lowest_left_behind(OutboxEvent **events, int n)
+lowest_left_untouched(OutboxEvent **events, int n)
 {
 	int64		lowest = PG_INT64_MAX;
 
 	for (int i = 0; i < n; i++)
-		if (events[i]->outcome != EVENT_DELIVERED)
+		if (events[i]->outcome != EVENT_DELIVERED && !outbox_event_failed(events[i]))
 			lowest = Min(lowest, events[i]->id);
 	return lowest;
 }
@@ -405,7 +463,7 @@ settle(WorkerState *st)
 		ereport(LOG,
 				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
 						worker_name)));
-	st->cursor = Min(st->cursor, lowest_left_behind(events, n));
+	st->cursor = Min(st->cursor, lowest_left_untouched(events, n));
 	if (any_delivered(events, n))
 		st->kafka_failures = 0;
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
@@ -461,15 +519,15 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 
 /*
  * The next read starts at the lowest id that may still be in the outbox
- * for us: one of this read not produced, one waiting for its retry, one an
- * open transaction may still commit, or the first id not read. (Events in
- * flight count as delivered: if one fails, the settle moves the cursor
- * back to it.)
+ * for us: one of this read not produced, one an open transaction may
+ * still commit, or the first id not read. (Events in flight count as
+ * delivered: if one is not, the settle moves the cursor back to it. Those
+ * waiting for a retry need no cursor: the read finds them when due.)
  */
 static int64
 next_cursor(OutboxBatch *batch)
 {
-	int64		cursor = Min(batch->floor, batch->held_min_id);
+	int64		cursor = batch->floor;
 
 	if (batch->nevents == 0)
 		return Min(cursor, batch->scan_from);
@@ -493,6 +551,7 @@ static void
 take_in_read(WorkerState *st, OutboxBatch *batch)
 {
 	st->cursor = next_cursor(batch);
+	st->cursor_extension = batch->extension_oid;
 	st->rewind_generation = batch->rewind_generation;
 }
 
@@ -508,25 +567,31 @@ read_and_produce(WorkerState *st)
 	MemoryContext batch_context;
 	MemoryContext old;
 	OutboxBatch *batch;
+	int64	   *window_ids;
+	int			nwindow;
 	bool		found;
 
 	if (room <= 0)
 		return;
 	batch = outbox_window_new_batch(st->window, &batch_context);
 	old = MemoryContextSwitchTo(batch_context);
-	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor,
-							  Min(outbox_batch_size, room), bytes, st->rewind_generation);
+	nwindow = outbox_window_unsettled_ids(st->window, st->cursor_extension, &window_ids);
+	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor, st->cursor_extension,
+							  window_ids, nwindow, Min(outbox_batch_size, room), bytes,
+							  st->rewind_generation);
 	MemoryContextSwitchTo(old);
-	st->read_wanted = found && batch->more;
 	st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   outbox_poll_interval_ms);
+	st->extension_gone = !found;
 	if (!found)
 	{
+		st->read_wanted = false;
 		outbox_window_discard(st->window, batch);
-		st->extension_gone = true;
 		return;
 	}
 	outbox_window_drop_known(st->window, batch);
+	/* a read that found only what the window holds waits for a wake-up */
+	st->read_wanted = batch->more && batch->nevents > 0;
 	if (batch->nevents == 0 || !outbox_wait_durable(batch->visible_lsn))
 	{
 		if (batch->nevents == 0)
@@ -612,6 +677,27 @@ drop_drained_producer(WorkerState *st)
 }
 
 /*
+ * The lag look starts at the lowest id the worker knows it may still have
+ * to deliver, which skips the dead index entries of what it deleted; every
+ * LAG_FULL_LOOK_EVERY looks from the shard's start, and what that finds
+ * lower is looked at from then on, so nothing pending hides from the
+ * warning below the cursor.
+ */
+#define LAG_FULL_LOOK_EVERY 10
+
+static void
+look_at_lag(WorkerState *st)
+{
+	bool		full = (st->looks++ % LAG_FULL_LOOK_EVERY == 0);
+	int64		from = full ? 0 :
+		Min(Min(st->cursor, outbox_window_lowest_id(st->window)), st->lag_floor);
+	int64		oldest = outbox_check_lag(st->shard, from);
+
+	if (full)
+		st->lag_floor = oldest;
+}
+
+/*
  * What the worker does about once a second whatever it is waiting for:
  * publish what its producer knows of Kafka, and look at the shard's lag.
  * Part of a pass: its SQL must not let a stop request cut the pass short.
@@ -629,7 +715,7 @@ look_around(WorkerState *st)
 		outbox_producer_report_state(st->producer);
 		outbox_producer_publish_brokers(st->producer);
 	}
-	outbox_check_lag(st->shard, Min(st->cursor, outbox_window_lowest_id(st->window)));
+	look_at_lag(st);
 }
 
 /*
@@ -639,6 +725,9 @@ look_around(WorkerState *st)
 static void
 deliver(WorkerState *st)
 {
+	look_for_extension(st);
+	if (st->exit_now)
+		return;
 	serve_reports(st);
 	if (draining(st))
 		give_up_late_reports(st);
@@ -679,7 +768,7 @@ deliver(WorkerState *st)
 static void
 recover_from_error(WorkerState *st)
 {
-	if (ProcDiePending)
+	if (stopping() && st->stop_deadline != 0 && GetCurrentTimestamp() >= st->stop_deadline)
 	{
 		drop_producer(st);
 		st->gave_up = true;
@@ -691,28 +780,24 @@ recover_from_error(WorkerState *st)
 /*
  * One pass with its own error recovery: an error is logged, the
  * transaction rolled back, and the pass retried after a back-off. A stop
- * request (SIGTERM) must not cut a pass short while events are in flight,
- * or their acknowledgements would be lost and the events sent again:
- * interrupts are held, and the pass notices the request itself.
+ * request cannot cut a pass short (it only sets a flag), so what is in
+ * flight is seen through and settled, never sent again for want of its
+ * acknowledgement.
  */
 static void
 run_pass(WorkerState *st)
 {
 	MemoryContext pass_context = CurrentMemoryContext;
-	uint32		holdoff = InterruptHoldoffCount;
 
 	PG_TRY();
 	{
-		HOLD_INTERRUPTS();
 		deliver(st);
-		RESUME_INTERRUPTS();
 		st->pass_failures = 0;
 	}
 	PG_CATCH();
 	{
 		ErrorData  *error;
 
-		InterruptHoldoffCount = holdoff;
 		MemoryContextSwitchTo(pass_context);
 		error = CopyErrorData();
 		EmitErrorReport();
@@ -729,24 +814,35 @@ run_pass(WorkerState *st)
 }
 
 /*
- * Interrupts between passes. A stop is honoured only once the window is
- * empty (a pass sees it through first); a cancel (pg_cancel_backend) has
- * no statement to cancel here, and left pending it would turn into FATAL
- * outside any error handler.
+ * Between passes: absorb what the server asks of every process, and stop
+ * once a stop request finds the window empty, or its deadline passed.
+ * The stop is quiet (exit code 0, no FATAL line): it was asked for.
  */
 static void
 handle_interrupts(WorkerState *st)
 {
-	QueryCancelPending = false;
-	if (st->gave_up || outbox_window_is_empty(st->window))
-		CHECK_FOR_INTERRUPTS();
+	CHECK_FOR_INTERRUPTS();
+	if (stopping() && st->stop_deadline == 0)
+		st->stop_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														outbox_shutdown_timeout_ms);
+	if (stopping() && GetCurrentTimestamp() >= st->stop_deadline)
+		st->gave_up = true;
+	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
+	{
+		if (!outbox_window_is_empty(st->window))
+			ereport(LOG,
+					(errmsg("%s: stopping with %d event(s) unsettled after outbox.shutdown_timeout; they stay in the outbox",
+							worker_name, outbox_window_in_flight(st->window))));
+		ereport(DEBUG1, (errmsg_internal("%s: stopping as asked", worker_name)));
+		proc_exit(0);
+	}
 }
 
 /* The wait set: the latch, postmaster death, and the producer's pipe. */
 static WaitEventSet *
 wait_set(WorkerState *st)
 {
-	if (st->wait_set != NULL && st->wait_producer == st->producer)
+	if (st->wait_set != NULL && st->wait_set_pipe == (st->producer != NULL))
 		return st->wait_set;
 	if (st->wait_set != NULL)
 		FreeWaitEventSet(st->wait_set);
@@ -760,7 +856,7 @@ wait_set(WorkerState *st)
 	if (st->producer != NULL)
 		AddWaitEventToSet(st->wait_set, WL_SOCKET_READABLE,
 						  outbox_producer_wait_fd(st->producer), NULL, NULL);
-	st->wait_producer = st->producer;
+	st->wait_set_pipe = (st->producer != NULL);
 	return st->wait_set;
 }
 
@@ -773,8 +869,10 @@ idle_ms(WorkerState *st)
 	int64		bytes;
 
 	/* a stop waits for nothing once the window is empty */
-	if ((ProcDiePending || st->gave_up) && outbox_window_is_empty(st->window))
+	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
 		return 0;
+	if (st->stop_deadline != 0)
+		ms = Min(ms, ms_until(st->stop_deadline));
 	if (!backing_off(st))
 	{
 		if (!st->rewinding && !draining(st) && outbox_window_room(st->window, &bytes) > 0)
@@ -872,19 +970,19 @@ connect_to_database(WorkerState *st)
 		if (!isalnum((unsigned char) *c) && *c != '-' && *c != '.' && *c != '_')
 			*c = '_';
 	outbox_message_init(database_name);
-	exit_unless_extension(st, outbox_extension_exists());
 }
 
 void
 outbox_worker_main(Datum main_arg)
 {
-	WorkerState st;
+	WorkerState *st = &worker_state;
 
-	memset(&st, 0, sizeof(st));
-	st.slot = DatumGetInt32(main_arg);
+	st->slot = DatumGetInt32(main_arg);
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* see the file's header: a stop sets a flag, a cancel has nothing to cancel */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGINT, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 	/*
 	 * A reload signalled between our fork and the handler above was
@@ -893,27 +991,25 @@ outbox_worker_main(Datum main_arg)
 	 */
 	ProcessConfigFile(PGC_SIGHUP);
 
-	connect_to_database(&st);
-	before_shmem_exit(drop_producer_at_exit, PointerGetDatum(&st));
-	st.window = outbox_window_create();
-	st.pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
-											ALLOCSET_DEFAULT_SIZES);
-	st.read_wanted = true;
-	ereport(LOG,
-			(errmsg("%s of %d started: delivering to %s", worker_name, outbox_shards,
-					outbox_brokers)));
+	connect_to_database(st);
+	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
+	st->window = outbox_window_create();
+	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
+											 ALLOCSET_DEFAULT_SIZES);
+	st->read_wanted = true;
+	st->lag_floor = PG_INT64_MAX;
 
 	for (;;)
 	{
-		handle_interrupts(&st);
+		handle_interrupts(st);
 		/* what a pass allocates outside the window lives until the next */
-		MemoryContextSwitchTo(st.pass_context);
-		MemoryContextReset(st.pass_context);
+		MemoryContextSwitchTo(st->pass_context);
+		MemoryContextReset(st->pass_context);
 		if (ConfigReloadPending)
-			reload_settings(&st);
-		run_pass(&st);
-		if (st.extension_gone)
-			exit_unless_extension(&st, false);
-		wait_for_work(&st);
+			reload_settings(st);
+		run_pass(st);
+		if (st->exit_now)
+			exit_without_extension(st);
+		wait_for_work(st);
 	}
 }
