@@ -2,12 +2,15 @@
 # Runs every test: pg_regress (SQL contract, bad input) and the TAP tests
 # (real server, real workers, the project's Kafka-protocol broker, kcat).
 # Works as root on a fresh Debian 12: installs what it needs first.
-# Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all)
+# Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all, then
+# PostgreSQL's own suites with and without the extension, scripts/pg_suites.sh)
+#        bash scripts/test.sh --pg-suites-only
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 ensure_packages
 build_and_install
+[ "${1:-}" = --pg-suites-only ] && exec bash "$ROOT/scripts/pg_suites.sh"
 
 # kafkajs and the CloudEvents SDK for t/OutboxTest.pm's consume_js, exactly
 # as tools/js/package-lock.json pins them; again only when the lock changed
@@ -44,4 +47,5 @@ if [ $status -ne 0 ]; then
   echo "TESTS FAILED"
   exit $status
 fi
+[ $# -gt 0 ] || bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
 echo "ALL TESTS PASSED"
