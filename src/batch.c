@@ -18,6 +18,8 @@
 #include "stats.h"
 #include "worker.h"
 
+#include <unistd.h>
+
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -25,6 +27,7 @@
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -255,12 +258,45 @@ prepare_settle_plans(const char *s)
 								3, dead_args);
 }
 
+/*
+ * ids may repeat on a new timeline (an asynchronous standby promoted), in
+ * a copy of the database (CREATE DATABASE ... TEMPLATE), and in a physical
+ * copy of the server started as a primary on the same timeline: it has the
+ * same system identifier, timeline and database, but a copy running at
+ * the same time lives at another data directory or on another host. A
+ * place not known yet (NULL) is recorded without a new id.
+ */
+#define DIFFERS(col, arg) " (" col " IS NULL OR " col " OPERATOR(pg_catalog.<>) " arg ")"
+#define KNOWN_AND_DIFFERS(col, arg) " " col " OPERATOR(pg_catalog.<>) " arg
+
+static void
+prepare_rotate_plan(const char *s)
+{
+	Oid			rotate_args[] = {INT8OID, OIDOID, INT8OID, TEXTOID, TEXTOID};
+
+	plans.rotate_instance = prepare(psprintf(
+											 "UPDATE %s.outbox_instance SET"
+											 " id = CASE WHEN timeline OPERATOR(pg_catalog.<>) $1"
+											 "  OR database OPERATOR(pg_catalog.<>) $2"
+											 "  OR" KNOWN_AND_DIFFERS("system_identifier", "$3")
+											 "  OR" KNOWN_AND_DIFFERS("data_directory", "$4")
+											 "  OR" KNOWN_AND_DIFFERS("host", "$5")
+											 "  THEN pg_catalog.gen_random_uuid() ELSE id END,"
+											 " timeline = $1, database = $2, system_identifier = $3,"
+											 " data_directory = $4, host = $5"
+											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
+											 " OR database OPERATOR(pg_catalog.<>) $2"
+											 " OR" DIFFERS("system_identifier", "$3")
+											 " OR" DIFFERS("data_directory", "$4")
+											 " OR" DIFFERS("host", "$5"), s),
+									5, rotate_args);
+}
+
 static void
 prepare_plans(const char *schema)
 {
 	const char *s = quote_identifier(schema);
 	Oid			reshard_args[] = {INT4OID, INT4OID};
-	Oid			rotate_args[] = {INT8OID, OIDOID};
 	Oid			oldest_args[] = {INT4OID, INT8OID};
 
 	prepare_read_plans(s);
@@ -272,16 +308,7 @@ prepare_plans(const char *schema)
 							2, reshard_args);
 	plans.instance = prepare(psprintf("SELECT id::text, timeline FROM %s.outbox_instance", s),
 							 0, NULL);
-	/*
-	 * ids may repeat on a new timeline (an asynchronous standby promoted)
-	 * and in a copy of the database (CREATE DATABASE ... TEMPLATE)
-	 */
-	plans.rotate_instance = prepare(psprintf(
-											 "UPDATE %s.outbox_instance SET id = pg_catalog.gen_random_uuid(),"
-											 " timeline = $1, database = $2"
-											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
-											 " OR database OPERATOR(pg_catalog.<>) $2", s),
-									2, rotate_args);
+	prepare_rotate_plan(s);
 	/* from the worker's position: the deleted rows before it are skipped */
 	plans.oldest = prepare(psprintf(
 									"SELECT created_at, id FROM %s.outbox WHERE shard" EQ "$1"
@@ -292,20 +319,38 @@ prepare_plans(const char *schema)
 							1, oldest_args);
 }
 
+/* This server's host name, as text; "" if it has none. */
+static Datum
+host_name(void)
+{
+	char		host[256];
+
+	if (gethostname(host, sizeof(host)) != 0)
+		host[0] = '\0';
+	host[sizeof(host) - 1] = '\0';
+	return CStringGetTextDatum(host);
+}
+
 /*
  * Reads the id space of the extension's ids, replacing it first when the
- * server now writes on another timeline than the one it was made on, or
- * the database is a copy of the one it was made in.
+ * server now writes on another timeline than the one it was made on, the
+ * database is a copy of the one it was made in, or the server is not
+ * where it was made (see prepare_rotate_plan).
  */
 static void
 load_instance(void)
 {
 	TimeLineID	timeline = CURRENT_TIMELINE();
-	Datum		args[2] = {Int64GetDatum((int64) timeline), ObjectIdGetDatum(MyDatabaseId)};
+	Datum		args[5];
 	bool		isnull;
 
 	if (instance_timeline == timeline)
 		return;
+	args[0] = Int64GetDatum((int64) timeline);
+	args[1] = ObjectIdGetDatum(MyDatabaseId);
+	args[2] = Int64GetDatum((int64) GetSystemIdentifier());
+	args[3] = CStringGetTextDatum(DataDir);
+	args[4] = host_name();
 	if (SPI_execute_plan(plans.rotate_instance, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "outbox: renewing outbox_instance failed");
 	if (SPI_execute_plan(plans.instance, NULL, NULL, false, 1) != SPI_OK_SELECT ||

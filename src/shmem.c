@@ -96,6 +96,7 @@ static OutboxShared *shared = NULL;
 static WorkerSlot *slots = NULL;
 static RegistryEntry *registry = NULL;
 static LWLock *registry_lock = NULL;
+static LWLock *registry_gate = NULL;
 static bool registered_this_xact = false;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -128,7 +129,8 @@ request_shmem(void)
 	RequestAddinShmemSpace(mul_size(outbox_max_workers, sizeof(WorkerSlot)));
 	RequestAddinShmemSpace(mul_size(proc_count(), sizeof(RegistryEntry)));
 	RequestAddinShmemSpace(outbox_stats_shmem_size());
-	RequestNamedLWLockTranche("outbox", 1);
+	/* the registry's lock and its gate; see "the id registry" below */
+	RequestNamedLWLockTranche("outbox", 2);
 }
 
 static void
@@ -173,7 +175,8 @@ startup_shmem(void)
 	if (!found)
 		init_shared();
 	outbox_stats_shmem_startup();
-	registry_lock = &(GetNamedLWLockTranche("outbox"))->lock;
+	registry_lock = &(GetNamedLWLockTranche("outbox"))[0].lock;
+	registry_gate = &(GetNamedLWLockTranche("outbox"))[1].lock;
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -197,6 +200,60 @@ outbox_shmem_available(void)
 }
 
 /* ---- the id registry --------------------------------------------------- */
+
+/*
+ * The read floor, end to end.
+ *
+ * What it is for: a worker deletes what Kafka acknowledged, so its shard is
+ * a trail of dead rows below its position. Starting each read at its
+ * cursor skips them, but is only safe if no event below the cursor can
+ * still commit. The floor is the lowest id an open transaction of this
+ * database may still commit; a read scans from min(cursor, floor) and
+ * leaves the next read a cursor of at most its floor and at most the id
+ * after the last event it read (worker.c, next_cursor).
+ *
+ * Why it holds: outbox_id_seq has CACHE 1 and NO CYCLE (send.c refuses
+ * any other), so ids are handed out in call order. A transaction's first
+ * nextval() runs with the registry lock held shared, and its id is stored
+ * in the backend's entry before the lock is released; its later ids are
+ * higher. The entry is cleared at XACT_EVENT_COMMIT, after the commit is
+ * visible in the ProcArray, or at abort. A worker takes the registry lock
+ * exclusively, scans the entries, takes its snapshot, then releases. Every
+ * id is therefore, as seen by that read, either
+ *  - handed out before the worker's exclusive hold, and its transaction
+ *    still registered: the id is >= the floor, so >= the next cursor; or
+ *    it ended before the scan: a commit is then in the snapshot (the
+ *    clearing write follows the ProcArray update, and the worker's lock
+ *    acquisitions order its reads after that write), so the read returns
+ *    the id or stops below it; or
+ *  - handed out after the hold: higher than every id handed out before,
+ *    so than every id the snapshot shows, so at or above the next cursor.
+ * Dead letters put back (outbox_register_reinsert) register their lowest
+ * old id the same way and bump the workers' rewind generation, so the
+ * next read starts from 0.
+ *
+ * Why the gate: LWLocks prefer no one. A shared acquirer gets the lock
+ * whenever no one holds it exclusively, waiters or not, so with many
+ * concurrent outbox_send calls (each holding the lock across nextval(),
+ * which waits on the sequence's buffer lock and, every 32nd call, on WAL)
+ * the shared count may never fall to zero and the worker's read waits
+ * indefinitely (LWLock/outbox). So registrants first take and at once
+ * release a second lock, the gate, in shared mode; the worker takes the
+ * gate exclusively and then the registry lock. A shared hold of the gate
+ * lasts a few instructions, so the worker gets the gate quickly; while it
+ * holds it, no new registrant reaches the registry lock, and the worker
+ * waits only for those already past the gate, one nextval() each. No one
+ * holding the registry lock waits for the gate, so there is no cycle.
+ */
+
+/* Registrants pass the gate: a worker waiting for the floor goes first. */
+static void
+acquire_registry_shared(void)
+{
+	LWLockAcquire(registry_gate, LW_SHARED);
+	LWLockRelease(registry_gate);
+	LWLockAcquire(registry_lock, LW_SHARED);
+}
 
 static RegistryEntry *
 my_entry(void)
@@ -223,9 +280,7 @@ register_inflight_id(int64 id)
 
 /*
  * Allocates an outbox id and, on the transaction's first, registers it
- * before it can be seen anywhere. nextval() runs under the registry lock
- * so that a worker, which takes its snapshot under the exclusive lock,
- * either finds the id registered or was ahead of it entirely.
+ * before it can be seen anywhere (see "the read floor" above).
  */
 int64
 outbox_next_id_registered(Oid sequence)
@@ -237,7 +292,7 @@ outbox_next_id_registered(Oid sequence)
 
 	/* wait for DDL on the sequence before, not while, holding the LWLock */
 	LockRelationOid(sequence, RowExclusiveLock);
-	LWLockAcquire(registry_lock, LW_SHARED);
+	acquire_registry_shared();
 	id = nextval_internal(sequence, false);
 	register_inflight_id(id);
 	LWLockRelease(registry_lock);
@@ -254,7 +309,7 @@ outbox_register_reinsert(int64 min_id)
 {
 	if (shared == NULL)
 		return;
-	LWLockAcquire(registry_lock, LW_SHARED);
+	acquire_registry_shared();
 	register_inflight_id(min_id);
 	for (int i = 0; i < shared->nworkers; i++)
 		if (slots[i].info.dboid == MyDatabaseId)
@@ -274,13 +329,15 @@ outbox_clear_inflight(void)
  * Takes the snapshot a worker reads its batch with, and returns the lowest
  * id any transaction of this database still open at that moment can commit
  * (PG_INT64_MAX if none), with the worker's rewind generation. Must be
- * called in a transaction; pushes the snapshot as active.
+ * called in a transaction; pushes the snapshot as active. The gate first,
+ * so that registrants cannot keep the registry lock from us.
  */
 int64
 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
 {
 	uint64		floor = PG_UINT64_MAX;
 
+	LWLockAcquire(registry_gate, LW_EXCLUSIVE);
 	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < shared->nprocs; i++)
 	{
@@ -292,6 +349,7 @@ outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
 	*rewind_generation = pg_atomic_read_u64(&slots[slot].rewind_generation);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	LWLockRelease(registry_lock);
+	LWLockRelease(registry_gate);
 
 	return floor > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) floor;
 }

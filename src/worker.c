@@ -29,6 +29,7 @@
 #include "batch.h"
 #include "durability.h"
 #include "lag_alert.h"
+#include "session.h"
 #include "settings.h"
 #include "shmem.h"
 #include "stats.h"
@@ -908,30 +909,13 @@ wait_for_work(WorkerState *st)
 }
 
 /*
- * Whatever the database's or the role's settings say, the worker's SQL
- * resolves names in pg_catalog only, and nothing a database owner can set
- * makes its transactions read-only, cancels them, or changes their
- * isolation.
+ * Whatever the database's or the role's settings say, the worker runs with
+ * the server's settings, and with those its SQL relies on (session.c).
  */
 static void
 force_session_settings(void)
 {
-	static const char *const settings[][2] = {
-		{"search_path", "pg_catalog, pg_temp"},
-		{"default_transaction_read_only", "off"},
-		{"default_transaction_isolation", "read committed"},
-		{"default_transaction_deferrable", "off"},
-		{"statement_timeout", "0"},
-		{"lock_timeout", "0"},
-		{"idle_in_transaction_session_timeout", "0"},
-		{"session_replication_role", "origin"},
-		{"plan_cache_mode", "auto"},
-		/* settles commit asynchronously; see window.c for the crash bound */
-		{"synchronous_commit", "off"},
-	};
-
-	for (size_t i = 0; i < lengthof(settings); i++)
-		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
+	outbox_force_session_settings();
 }
 
 /*
