@@ -834,7 +834,7 @@ handle_interrupts(WorkerState *st)
 			ereport(LOG,
 					(errmsg("%s: stopping with %d event(s) unsettled after outbox.shutdown_timeout; they stay in the outbox",
 							worker_name, outbox_window_in_flight(st->window))));
-		ereport(DEBUG1, (errmsg_internal("%s: stopping as asked", worker_name)));
+		ereport(LOG, (errmsg("%s: stopping as asked", worker_name)));
 		proc_exit(0);
 	}
 }

@@ -141,7 +141,7 @@ ok(wait_for_workers(20, $victim), '(b) the terminated worker is restarted');
 my $restart_s = time - $terminated_at;
 diag sprintf('(b) worker restarted %.1f s after pg_terminate_backend', $restart_s);
 cmp_ok($restart_s, '<', 15, '(b) restarted within ~10 s (bgw_restart_time)');
-like(log_since($node, $offset), qr/terminating background worker "outbox shard" due to administrator command/,
+like(log_since($node, $offset), qr/outbox "postgres" shard \d+: stopping as asked/,
 	'(b) the worker stopped on the terminate request');
 wait_load($load);
 ok(wait_for_empty($node), '(b) the outbox drains');

@@ -117,8 +117,8 @@ $_->kill_kill for @$load;
 wait_load($load, 1);
 $broker->command('rtt all 0');
 my $stop_msgs = log_count($node,
-	qr/terminating background worker "outbox shard" due to administrator command/, $offset);
-is($stop_msgs, $stops, "(a) every termination ($stops) logged as an administrator's stop");
+	qr/outbox "postgres" shard \d+: stopping as asked/, $offset);
+is($stop_msgs, $stops, "(a) every termination ($stops) logged as a stop asked for");
 ok(wait_for_empty($node, 120), '(a) the outbox drains');
 my $r = check_delivery('(a) repeated pg_terminate_backend under load', committed_events($node),
 	consume($broker, 'stop_term'));
