@@ -10,7 +10,9 @@
 #      per shard starts, no shard stays `starting` for long, every event is
 #      delivered once. (The launcher once kept the handles of the workers it
 #      started in memory it reset at every look: a shard's handle answered
-#      for another worker, slots were given up early or never.)
+#      for another worker, slots were given up early or never. On an
+#      assert-enabled server that launcher aborted in (a) already, in
+#      GetBackgroundWorkerPid.)
 #  (c) A worker that keeps failing is started again no faster than every
 #      10 s, however often a role without privileges runs CREATE EXTENSION
 #      IF NOT EXISTS outbox in its database, or a CREATEDB role creates and
