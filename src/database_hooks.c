@@ -4,17 +4,23 @@
  *		keeps the workers out of the way of the DDL that needs a database
  *		free of connections.
  *
- * - CREATE EXTENSION outbox and CREATE DATABASE ask the launcher, at
- *   commit, to look at the database(s) again: delivery starts at once.
+ * - CREATE EXTENSION outbox, once it created the extension, asks the
+ *   launcher at commit to start the database's workers at once; CREATE
+ *   DATABASE only wakes it, to look at the new database at once. A
+ *   statement that changed nothing (IF NOT EXISTS) tells it nothing: any
+ *   role may run one, and must not make it restart failed workers early.
  * - DROP DATABASE, ALTER DATABASE ... RENAME / SET TABLESPACE and
  *   CREATE DATABASE ... TEMPLATE refuse to run while anyone is connected
  *   to the database. Before them, the backend pauses the database's
- *   workers (the launcher starts none while the pause lasts), stops them
- *   (they finish their batch, bounded by outbox.shutdown_timeout) and
- *   waits for them to leave; the pause ends with the transaction, however
- *   it ends.
+ *   workers (the launcher starts none while the pause lasts, and one
+ *   starting meanwhile does not connect), stops them (they finish their
+ *   batch, bounded by outbox.shutdown_timeout) and waits for them to
+ *   leave; the pause ends with the transaction, however it ends.
+ *   Wherever PostgreSQL runs the statement this is done, for every
+ *   database it names: RENAME also in a transaction block (several in
+ *   one), in a DO block or in a procedure.
  *   Only a statement that can succeed does this: by a role allowed to run
- *   it, at top level, so no role can stop delivery at will.
+ *   it, where PostgreSQL runs it, so no role can stop delivery at will.
  */
 #include "database_hooks.h"
 #include "settings.h"
@@ -26,6 +32,7 @@
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "pgstat.h"
@@ -36,10 +43,14 @@
 
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 
+/* Databases one transaction can pause; the shared table holds no more. */
+#define MAX_PAUSED 16
+
 /* What this transaction did that the launcher must hear of at its end. */
 static bool created_extension = false;
 static bool created_database = false;
-static Oid	paused_database = InvalidOid;
+static Oid	paused_databases[MAX_PAUSED];
+static int	npaused = 0;
 
 static bool
 owns_database(Oid dboid)
@@ -80,91 +91,123 @@ option_value(List *options, const char *name)
 	return NULL;
 }
 
-/*
- * The database a statement needs free of connections, if the caller may
- * run it; InvalidOid otherwise.
- */
+/* The database a statement names, if it exists and is not ours. */
 static Oid
-database_needed_free(Node *node, ProcessUtilityContext context)
+other_database(const char *dbname)
 {
-	const char *dbname = NULL;
-	bool		copy = false;
-	Oid			dboid;
+	Oid			dboid = get_database_oid(dbname, true);
 
-	if (IsA(node, DropdbStmt))
-	{
-		/* refused in a transaction block anyway: no pause for it */
-		if (context != PROCESS_UTILITY_TOPLEVEL || IsTransactionBlock())
-			return InvalidOid;
-		dbname = ((DropdbStmt *) node)->dbname;
-	}
-	else if (IsA(node, RenameStmt) && ((RenameStmt *) node)->renameType == OBJECT_DATABASE)
-		dbname = ((RenameStmt *) node)->subname;
-	else if (IsA(node, AlterDatabaseStmt) &&
-			 option_value(((AlterDatabaseStmt *) node)->options, "tablespace") != NULL)
-		dbname = ((AlterDatabaseStmt *) node)->dbname;
-	else if (IsA(node, CreatedbStmt))
-	{
-		dbname = option_value(((CreatedbStmt *) node)->options, "template");
-		copy = true;
-	}
-	if (dbname == NULL || context != PROCESS_UTILITY_TOPLEVEL)
-		return InvalidOid;
-	dboid = get_database_oid(dbname, true);
-	if (!OidIsValid(dboid))
-		return InvalidOid;
-	/* CREATE DATABASE copies a template, or a database its owner owns */
-	if (copy && !(have_createdb_privilege() && (is_template(dboid) || owns_database(dboid))))
-		return InvalidOid;
-	if (!copy && !owns_database(dboid))
+	return dboid == MyDatabaseId ? InvalidOid : dboid;
+}
+
+/* RenameDatabase's checks: an owner with CREATEDB, and a free new name. */
+static Oid
+renamed_database(RenameStmt *stmt)
+{
+	Oid			dboid = other_database(stmt->subname);
+
+	if (!OidIsValid(dboid) || !owns_database(dboid) || !have_createdb_privilege() ||
+		OidIsValid(get_database_oid(stmt->newname, true)))
 		return InvalidOid;
 	return dboid;
 }
 
-static bool
-any_worker_running(Oid dboid)
+/* createdb's checks: CREATEDB, and a template, or a database one owns. */
+static Oid
+copied_database(CreatedbStmt *stmt)
 {
-	for (int i = 0; i < outbox_worker_slot_count(); i++)
-	{
-		OutboxWorkerInfo info = outbox_worker_info(i);
+	const char *template = option_value(stmt->options, "template");
+	Oid			dboid = template ? get_database_oid(template, true) : InvalidOid;
 
-		if (info.dboid == dboid && info.pid != 0)
-			return true;
-	}
-	return false;
+	if (!OidIsValid(dboid) || !have_createdb_privilege() ||
+		!(is_template(dboid) || owns_database(dboid)))
+		return InvalidOid;
+	return dboid;
 }
 
+/*
+ * The database a statement needs free of connections, if the caller may
+ * run it; InvalidOid otherwise. RENAME runs anywhere, the others only as a
+ * top-level statement outside a transaction block.
+ */
+static Oid
+database_needed_free(Node *node, ProcessUtilityContext context)
+{
+	Oid			dboid = InvalidOid;
+
+	if (IsA(node, RenameStmt) && ((RenameStmt *) node)->renameType == OBJECT_DATABASE)
+		return renamed_database((RenameStmt *) node);
+	/* refused there anyway: no pause for them */
+	if (context != PROCESS_UTILITY_TOPLEVEL || IsTransactionBlock())
+		return InvalidOid;
+	if (IsA(node, DropdbStmt))
+		dboid = other_database(((DropdbStmt *) node)->dbname);
+	else if (IsA(node, AlterDatabaseStmt) &&
+			 option_value(((AlterDatabaseStmt *) node)->options, "tablespace") != NULL)
+		dboid = other_database(((AlterDatabaseStmt *) node)->dbname);
+	else if (IsA(node, CreatedbStmt))
+		return copied_database((CreatedbStmt *) node);
+	return OidIsValid(dboid) && owns_database(dboid) ? dboid : InvalidOid;
+}
+
+/*
+ * Stops the workers connected to the database and waits for them to leave.
+ * A worker still starting is not waited for: it sees the pause, set
+ * before, and exits without connecting (outbox_worker_attach).
+ */
 static void
 stop_workers_and_wait(Oid dboid)
 {
+	int			nslots = outbox_worker_slot_count();
+	int		   *signalled = palloc0(sizeof(int) * nslots);
 	long		waited_ms = 0;
 	long		limit_ms = outbox_shutdown_timeout_ms + 5000L;
 
-	for (int i = 0; i < outbox_worker_slot_count(); i++)
+	for (;;)
 	{
-		OutboxWorkerInfo info = outbox_worker_info(i);
+		bool		running = false;
 
-		if (info.dboid == dboid && info.pid != 0)
-			kill(info.pid, SIGTERM);
-	}
-	while (any_worker_running(dboid) && waited_ms < limit_ms)
-	{
+		for (int i = 0; i < nslots; i++)
+		{
+			OutboxWorkerInfo info = outbox_worker_info(i);
+
+			if (info.dboid != dboid || info.pid == 0)
+				continue;
+			running = true;
+			if (signalled[i] != info.pid)
+				kill(info.pid, SIGTERM);
+			signalled[i] = info.pid;
+		}
+		if (!running || waited_ms >= limit_ms)
+			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 20, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		waited_ms += 20;
 	}
+	pfree(signalled);
 }
 
-static void
-note_for_commit(Node *node)
+/*
+ * Pauses the database until the transaction ends (again, if this
+ * transaction did already: a pause lasts a while only); false if no pause
+ * entry is free.
+ */
+static bool
+pause_for_transaction(Oid dboid)
 {
-	if (IsA(node, CreateExtensionStmt) &&
-		strcmp(((CreateExtensionStmt *) node)->extname, "outbox") == 0)
-		created_extension = true;
-	else if (IsA(node, CreatedbStmt))
-		created_database = true;
+	bool		known = false;
+
+	for (int i = 0; i < npaused; i++)
+		known |= (paused_databases[i] == dboid);
+	if (!known && npaused >= MAX_PAUSED)
+		return false;
+	if (!outbox_pause_database(dboid))
+		return false;
+	if (!known)
+		paused_databases[npaused++] = dboid;
+	return true;
 }
 
 static void
@@ -199,26 +242,28 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 					QueryCompletion *qc)
 {
 	Node	   *node = pstmt->utilityStmt;
+	bool		creates_outbox = false;
 
 	if (outbox_shmem_available() && node != NULL)
 	{
-		Oid			dboid;
+		Oid			dboid = database_needed_free(node, context);
 
-		note_for_commit(node);
-		dboid = database_needed_free(node, context);
 		/* the pause lasts until the transaction ends, however it ends */
-		if (OidIsValid(dboid) && !OidIsValid(paused_database) &&
-			outbox_pause_database(dboid))
-		{
-			paused_database = dboid;
+		if (OidIsValid(dboid) && pause_for_transaction(dboid))
 			stop_workers_and_wait(dboid);
-		}
+		creates_outbox = IsA(node, CreateExtensionStmt) &&
+			strcmp(((CreateExtensionStmt *) node)->extname, "outbox") == 0 &&
+			!OidIsValid(get_extension_oid("outbox", true));
 	}
 	run_utility(pstmt, queryString,
 #if PG_VERSION_NUM >= 140000
 				readOnlyTree,
 #endif
 				context, params, queryEnv, dest, qc);
+	/* only what the statement did, once it did it, is news */
+	created_extension |= creates_outbox;
+	if (outbox_shmem_available() && node != NULL && IsA(node, CreatedbStmt))
+		created_database = true;
 }
 
 /*
@@ -231,13 +276,13 @@ tell_launcher_at_end(XactEvent event, void *arg)
 	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
 		event != XACT_EVENT_PREPARE)
 		return;
-	if (OidIsValid(paused_database))
-		outbox_resume_database(paused_database);
-	if (event == XACT_EVENT_COMMIT && created_database)
-		outbox_request_launcher(InvalidOid);
-	else if (event == XACT_EVENT_COMMIT && created_extension)
+	for (int i = 0; i < npaused; i++)
+		outbox_resume_database(paused_databases[i]);
+	npaused = 0;
+	if (event == XACT_EVENT_COMMIT && created_extension)
 		outbox_request_launcher(MyDatabaseId);
-	paused_database = InvalidOid;
+	if (event == XACT_EVENT_COMMIT && created_database)
+		outbox_wake_launcher();
 	created_extension = created_database = false;
 }
 

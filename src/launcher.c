@@ -8,17 +8,19 @@
  * a worker for shard 0, which looks for the extension: found, the launcher
  * starts the database's other shards; not found, the worker exits and the
  * launcher leaves the database alone until it hears of a CREATE EXTENSION
- * or CREATE DATABASE (database_hooks.c), or, as a fallback, for a few
- * minutes. Workers are dynamic and never restarted by the postmaster: the
- * launcher restarts one that stopped, at once after a stop request, after
+ * there (database_hooks.c), or, as a fallback, for a few minutes. Workers
+ * are dynamic and never restarted by the postmaster: the launcher
+ * restarts one that stopped, at once after a stop request, after
  * OUTBOX_RESTART_SECONDS after an error, so nothing crash-loops. When
  * outbox.max_workers or max_worker_processes is reached, each database
  * left without workers is named once in the log, and served as soon as a
  * slot frees up.
  *
  * The launcher's own memory: a hash of the databases it knows and the
- * handles of the workers it started. Shared memory (shmem.c) holds the
- * worker slots, which outlive a launcher restart.
+ * handles of the workers it started, each kept (in TopMemoryContext, not
+ * in the memory reset at every look) until its slot is freed. Shared
+ * memory (shmem.c) holds the worker slots, which outlive a launcher
+ * restart; a slot is freed only if it still holds what the launcher saw.
  */
 #include "launcher.h"
 #include "settings.h"
@@ -163,24 +165,58 @@ scan_databases(void)
 			hash_search(databases, &entry->oid, HASH_REMOVE, NULL);
 }
 
-/* CREATE EXTENSION or CREATE DATABASE somewhere: look again at once. */
+/*
+ * A request for one database (its extension was created, a DDL pause of it
+ * ended) comes from a statement that needed the privilege to change it: its
+ * workers are started, or it is looked at, at once, whatever the delays.
+ * A request for every database (too many came at once to keep each) only
+ * brings forward the look at those without the extension, at most once per
+ * OUTBOX_RESTART_SECONDS, and never the restart of workers that failed.
+ */
+static TimestampTz all_pending_since = 0;
+static TimestampTz all_done_at = 0;
+
+static bool
+look_at_all_due(TimestampTz now)
+{
+	return all_pending_since != 0 &&
+		TimestampDifferenceExceeds(all_done_at, now, OUTBOX_RESTART_SECONDS * 1000);
+}
+
 static void
 take_requests(void)
 {
 	Oid		   *requested = palloc(sizeof(Oid) * outbox_max_launcher_requests());
 	int			n = outbox_take_launcher_requests(requested);
+	/* after the take: a probe that looked before then may predate a request */
 	TimestampTz now = GetCurrentTimestamp();
+	bool		all;
 	HASH_SEQ_STATUS status;
 	DatabaseEntry *entry;
 
+	if (n < 0 && all_pending_since == 0)
+		all_pending_since = now;
+	all = look_at_all_due(now);
+	if (all)
+	{
+		all_done_at = now;
+		all_pending_since = 0;
+	}
 	hash_seq_init(&status, databases);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		for (int i = 0; i < (n < 0 ? 1 : n); i++)
-			if (n < 0 || requested[i] == entry->oid)
+	{
+		if (all && !entry->has_extension)
+		{
+			entry->probe_after = 0;
+			entry->requested_at = now;
+		}
+		for (int i = 0; i < n; i++)
+			if (requested[i] == entry->oid)
 			{
 				entry->probe_after = entry->start_after = 0;
 				entry->requested_at = now;
 			}
+	}
 	pfree(requested);
 }
 
@@ -197,12 +233,23 @@ log_starved(DatabaseEntry *entry, const char *why)
 			 errhint("It gets one as soon as one is free; raise the limit to serve every database at once.")));
 }
 
+/* The handle of slot i's worker, kept from its start until the slot is freed. */
+static void
+forget_handle(int i)
+{
+	if (handles[i] != NULL)
+		pfree(handles[i]);
+	handles[i] = NULL;
+}
+
 static bool
 start_worker(DatabaseEntry *entry, int shard)
 {
 	BackgroundWorker worker;
 	int			slot = -1;
 	uint32		generation = 0;
+	MemoryContext old_context;
+	bool		registered;
 
 	for (int i = 0; i < outbox_worker_slot_count() && slot < 0; i++)
 		if ((generation = outbox_reserve_worker_slot(i, entry->oid, shard)) != 0)
@@ -220,12 +267,14 @@ start_worker(DatabaseEntry *entry, int shard)
 	worker.bgw_main_arg = Int32GetDatum(slot);
 	memcpy(worker.bgw_extra, &generation, sizeof(generation));
 	worker.bgw_notify_pid = MyProcPid;
-	if (handles[slot] != NULL)
-		pfree(handles[slot]);
-	handles[slot] = NULL;
-	if (!RegisterDynamicBackgroundWorker(&worker, &handles[slot]))
+	forget_handle(slot);
+	/* the handle is looked at until the slot is freed, many loops later */
+	old_context = MemoryContextSwitchTo(TopMemoryContext);
+	registered = RegisterDynamicBackgroundWorker(&worker, &handles[slot]);
+	MemoryContextSwitchTo(old_context);
+	if (!registered)
 	{
-		outbox_release_worker_slot(slot);
+		(void) outbox_release_worker_slot(slot, generation, SLOT_STARTING);
 		log_starved(entry, "max_worker_processes is reached");
 		return false;
 	}
@@ -235,14 +284,21 @@ start_worker(DatabaseEntry *entry, int shard)
 	return true;
 }
 
-/* A slot whose worker is gone, or never came: what it says of its database. */
+/*
+ * A slot whose worker is gone (or never came, then outcome is SLOT_FAILED):
+ * freed if it still holds what the launcher looked at, and what it says of
+ * its database learnt.
+ */
 static void
-release_slot(int i, OutboxWorkerInfo info, DatabaseEntry *entry, TimestampTz now)
+release_slot(int i, OutboxWorkerInfo info, OutboxSlotState outcome,
+			 DatabaseEntry *entry, TimestampTz now)
 {
-	outbox_release_worker_slot(i);
+	if (!outbox_release_worker_slot(i, info.generation, info.state))
+		return;
+	forget_handle(i);
 	if (entry == NULL)
 		return;
-	if (info.state == SLOT_NO_EXTENSION)
+	if (outcome == SLOT_NO_EXTENSION)
 	{
 		if (entry->has_extension)
 			ereport(LOG,
@@ -254,8 +310,23 @@ release_slot(int i, OutboxWorkerInfo info, DatabaseEntry *entry, TimestampTz now
 		entry->probe_after = (entry->requested_at >= info.since) ? 0 :
 			TimestampTzPlusMilliseconds(now, REPROBE_INTERVAL_MS);
 	}
-	else if (info.state != SLOT_EXITED)
+	else if (outcome != SLOT_EXITED)
 		entry->start_after = TimestampTzPlusMilliseconds(now, OUTBOX_RESTART_SECONDS * 1000);
+}
+
+/*
+ * Whether the worker registered for a slot still STARTING is gone without
+ * having taken it. Without a handle (the slot was reserved by the launcher
+ * before a restart of it) only a long wait says so.
+ */
+static bool
+never_came(int i, OutboxWorkerInfo info, TimestampTz now)
+{
+	pid_t		pid;
+
+	if (handles[i] != NULL)
+		return GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED;
+	return TimestampDifferenceExceeds(info.since, now, START_TIMEOUT_MS);
 }
 
 /* Looks at every slot: frees those whose worker is gone, learns from them. */
@@ -266,7 +337,6 @@ review_slots(TimestampTz now)
 	{
 		OutboxWorkerInfo info = outbox_worker_info(i);
 		DatabaseEntry *entry;
-		pid_t		pid;
 
 		if (info.state == SLOT_FREE)
 			continue;
@@ -274,14 +344,8 @@ review_slots(TimestampTz now)
 		switch (info.state)
 		{
 			case SLOT_STARTING:
-				if ((handles[i] != NULL &&
-					 GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED) ||
-					(handles[i] == NULL &&
-					 TimestampDifferenceExceeds(info.since, now, START_TIMEOUT_MS)))
-				{
-					info.state = SLOT_FAILED;
-					release_slot(i, info, entry, now);
-				}
+				if (never_came(i, info, now))
+					release_slot(i, info, SLOT_FAILED, entry, now);
 				break;
 			case SLOT_RUNNING:
 			case SLOT_DELIVERING:
@@ -292,7 +356,7 @@ review_slots(TimestampTz now)
 					entry->has_extension = true;
 				break;
 			default:
-				release_slot(i, info, entry, now);
+				release_slot(i, info, info.state, entry, now);
 				break;
 		}
 	}
@@ -355,6 +419,8 @@ nap_ms(TimestampTz now)
 		if (entry->starved)
 			next = Min(next, TimestampTzPlusMilliseconds(now, 1000));
 	}
+	if (all_pending_since != 0)
+		next = Min(next, TimestampTzPlusMilliseconds(all_done_at, OUTBOX_RESTART_SECONDS * 1000));
 	TimestampDifference(now, next, &secs, &usecs);
 	return Max(10L, secs * 1000 + usecs / 1000);
 }

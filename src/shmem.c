@@ -71,8 +71,6 @@ typedef struct OutboxShared
 typedef struct WorkerSlot
 {
 	OutboxWorkerInfo info;		/* changed under the mutex only */
-	uint32		generation;		/* of the reservation; a worker of an older one
-								 * must not touch the slot */
 	int			procno;			/* its PGPROC number, for waking it */
 	/* bumped when old ids are put back, so the worker rescans */
 	pg_atomic_uint64 rewind_generation;
@@ -409,9 +407,9 @@ outbox_reserve_worker_slot(int i, Oid dboid, int shard)
 	SpinLockAcquire(&shared->mutex);
 	if (slots[i].info.state == SLOT_FREE)
 	{
-		if (++slots[i].generation == 0)
-			slots[i].generation = 1;
-		generation = slots[i].generation;
+		if (++slots[i].info.generation == 0)
+			slots[i].info.generation = 1;
+		generation = slots[i].info.generation;
 		slots[i].info.dboid = dboid;
 		slots[i].info.shard = shard;
 		slots[i].info.pid = 0;
@@ -423,16 +421,29 @@ outbox_reserve_worker_slot(int i, Oid dboid, int shard)
 	return generation;
 }
 
-/* Launcher: gives slot i up (its worker exited or never started). */
-void
-outbox_release_worker_slot(int i)
+/*
+ * Launcher: gives slot i up (its worker exited or never started), if it
+ * still holds the reservation and state the launcher looked at. A worker
+ * that attached, or exited, since the look changed the state: the slot is
+ * kept, and the launcher learns the news at its next look. Returns whether
+ * the slot was freed.
+ */
+bool
+outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state)
 {
+	bool		released = false;
+
 	SpinLockAcquire(&shared->mutex);
-	slots[i].info.state = SLOT_FREE;
-	slots[i].info.dboid = InvalidOid;
-	slots[i].info.pid = 0;
-	slots[i].procno = -1;
+	if (slots[i].info.generation == generation && slots[i].info.state == state)
+	{
+		slots[i].info.state = SLOT_FREE;
+		slots[i].info.dboid = InvalidOid;
+		slots[i].info.pid = 0;
+		slots[i].procno = -1;
+		released = true;
+	}
 	SpinLockRelease(&shared->mutex);
+	return released;
 }
 
 /* The slot this worker attached to, and the generation it attached with. */
@@ -446,7 +457,7 @@ detach_worker(int code, Datum arg)
 	int			launcher;
 
 	SpinLockAcquire(&shared->mutex);
-	if (slots[i].generation != my_generation)
+	if (slots[i].info.generation != my_generation)
 	{
 		SpinLockRelease(&shared->mutex);
 		return;
@@ -468,7 +479,10 @@ detach_worker(int code, Datum arg)
 /*
  * Worker: takes slot i over if its reservation is still the one it was
  * started for; returns false (touching nothing) if the launcher gave the
- * slot up meanwhile. Sets the slot's database and shard.
+ * slot up meanwhile. Sets the slot's database and shard. Also false, after
+ * taking the slot (whose state says it exited), while DDL needs the
+ * database free of connections: the worker must not connect, and the
+ * launcher starts it again when the pause ends.
  */
 bool
 outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
@@ -476,7 +490,7 @@ outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
 	if (i < 0 || i >= shared->nworkers)
 		elog(FATAL, "outbox: worker slot %d does not exist", i);
 	SpinLockAcquire(&shared->mutex);
-	if (slots[i].generation != generation || slots[i].info.state != SLOT_STARTING)
+	if (slots[i].info.generation != generation || slots[i].info.state != SLOT_STARTING)
 	{
 		SpinLockRelease(&shared->mutex);
 		return false;
@@ -491,7 +505,12 @@ outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
 	my_slot = i;
 	my_generation = generation;
 	on_shmem_exit(detach_worker, (Datum) 0);
-	return true;
+
+	/*
+	 * The DDL backend pauses, then stops the workers it sees: one that
+	 * attached after its look sees the pause here, one before is signalled.
+	 */
+	return !outbox_database_paused(*dboid);
 }
 
 /*
@@ -503,7 +522,7 @@ void
 outbox_worker_found_extension(int i, bool found)
 {
 	SpinLockAcquire(&shared->mutex);
-	if (slots[i].generation == my_generation)
+	if (slots[i].info.generation == my_generation)
 	{
 		slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
 		slots[i].info.since = GetCurrentTimestamp();
@@ -530,6 +549,17 @@ wake_launcher(void)
 
 	if (launcher >= 0)
 		SetLatch(&GetPGProcByNumber(launcher)->procLatch);
+}
+
+/*
+ * Wakes the launcher without asking anything of it: it lists the
+ * databases again (a new one is looked at at once), and changes no delay.
+ */
+void
+outbox_wake_launcher(void)
+{
+	if (shared != NULL)
+		wake_launcher();
 }
 
 /*
@@ -579,31 +609,38 @@ outbox_max_launcher_requests(void)
 /* ---- DDL pauses -------------------------------------------------------- */
 
 /*
- * Pauses the workers of a database for this backend's DDL; false when
- * every pause entry is taken (the DDL then runs without, and may be
- * refused because of the workers' connections).
+ * Pauses the workers of a database for this backend's DDL, or renews the
+ * pause it has; false when every pause entry is taken (the DDL then runs
+ * without, and may be refused because of the workers' connections).
  */
 bool
 outbox_pause_database(Oid dboid)
 {
-	bool		paused = false;
+	DatabasePause *entry = NULL;
 	TimestampTz now = GetCurrentTimestamp();
 
 	SpinLockAcquire(&shared->mutex);
-	for (int i = 0; i < MAX_PAUSES && !paused; i++)
+	for (int i = 0; i < MAX_PAUSES; i++)
 	{
 		DatabasePause *p = &shared->pauses[i];
 
-		if (p->pid == 0 || TimestampDifferenceExceeds(p->since, now, PAUSE_MAX_MS))
+		if (p->pid == MyProcPid && p->dboid == dboid)
 		{
-			p->dboid = dboid;
-			p->pid = MyProcPid;
-			p->since = now;
-			paused = true;
+			entry = p;
+			break;
 		}
+		if (entry == NULL &&
+			(p->pid == 0 || TimestampDifferenceExceeds(p->since, now, PAUSE_MAX_MS)))
+			entry = p;
+	}
+	if (entry != NULL)
+	{
+		entry->dboid = dboid;
+		entry->pid = MyProcPid;
+		entry->since = now;
 	}
 	SpinLockRelease(&shared->mutex);
-	return paused;
+	return entry != NULL;
 }
 
 void

@@ -29,6 +29,13 @@ typedef struct OutboxWorkerInfo
 	int			pid;			/* 0 while no process runs */
 	OutboxSlotState state;
 	TimestampTz since;			/* of the state */
+	/*
+	 * Of the reservation. A worker of an older one must not touch the slot:
+	 * a launcher started again has no handle of the workers registered
+	 * before, gives their slots up only after a while, and may have given
+	 * the slot to another shard when such a late worker comes.
+	 */
+	uint32		generation;
 } OutboxWorkerInfo;
 
 extern bool outbox_shmem_available(void);
@@ -45,13 +52,14 @@ extern void outbox_wake_shards(uint64 shard_mask);
 extern int	outbox_worker_slot_count(void);
 extern OutboxWorkerInfo outbox_worker_info(int i);
 extern uint32 outbox_reserve_worker_slot(int i, Oid dboid, int shard);
-extern void outbox_release_worker_slot(int i);
+extern bool outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state);
 extern bool outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard);
 extern void outbox_worker_found_extension(int i, bool found);
 
 /* the launcher's inbox and database pauses */
 extern void outbox_launcher_attach(void);
 extern void outbox_request_launcher(Oid dboid);
+extern void outbox_wake_launcher(void);
 extern int	outbox_take_launcher_requests(Oid *dboids);
 extern int	outbox_max_launcher_requests(void);
 extern bool outbox_pause_database(Oid dboid);
