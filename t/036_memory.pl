@@ -29,7 +29,8 @@ my $partitions = 4;
 my $bound_mb = 256;
 my $abort_mb = 1024;    # the old code takes GBs: stop before the machine does
 
-my $broker = start_broker(topics => [ "mem_payload:$partitions", "mem_envelope:$partitions" ]);
+my $broker = start_broker(topics => [ "mem_payload:$partitions", "mem_envelope:$partitions",
+	"mem_headers:$partitions" ]);
 my $node = new_outbox_node('memory', $broker, shards => 1, conf => q{
 outbox.max_message_bytes = '2MB'
 outbox.enabled = off
@@ -169,6 +170,36 @@ for my $format ('payload', 'envelope')
 	cmp_ok(scalar @$sizes, '>', 0, "($format) the broker still keeps some of them");
 	is($bad, 0, "($format) the kept messages (" . scalar(@$sizes) . ") carry the whole payload");
 	last if $r->{aborted};
+}
+
+# ---- headers count too (review e11b06c H3) ----------------------------------
+# 3000 events with an empty payload and 200 kB of headers each (they
+# compress to almost nothing on disk): the read and the window count the
+# headers against outbox.window_bytes, so the worker holds about a window's
+# worth of them, not 3000 x 200 kB.
+{
+	my $topic = 'mem_headers';
+	my $n = 3000;
+	ok(pause_delivery($node, 1, undef), '(headers) delivery paused');
+	reload_with($node, "outbox.message_format = 'payload'");
+	for (my $from = 1; $from <= $n; $from += 500)
+	{
+		my $to = $from + 499;
+		sql(qq{SET default_toast_compression = lz4;
+SELECT count(outbox_send('$topic', '', 'k' || i,
+	jsonb_build_object('h', lpad(i::text, 8, '0') || repeat('h', 200000))))
+FROM generate_series($from, $to) i});
+	}
+	my $r = drain_and_sample();
+	my $delivered = end_offsets_sum($topic);
+	diag(sprintf('FIGURES (headers) H3 memory: events=%d header_bytes_each=200008 payload_bytes=0 '
+		  . 'peak_rss_anon_mb=%.0f peak_vmhwm_mb=%.0f drain_s=%.1f samples=%d delivered=%d',
+		$n, $r->{anon}, $r->{hwm}, $r->{seconds}, $r->{samples}, $delivered));
+	ok(!$r->{aborted}, "(headers) the worker never passed $abort_mb MB");
+	ok($r->{same_worker}, '(headers) one worker drained it all, without a restart');
+	cmp_ok($r->{anon}, '<', $bound_mb, "(headers) peak RssAnon under $bound_mb MB");
+	ok($r->{drained}, '(headers) the outbox drained');
+	is($delivered, $n, "(headers) Kafka received $n messages");
 }
 
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letters');

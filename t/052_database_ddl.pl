@@ -106,12 +106,8 @@ like($err, qr/must be owner of database rguard/, 'a rename by a non-owner is ref
 is(sql('postgres', q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
 	WHERE backend_type = 'outbox shard' AND datname = 'rguard'}), $before, 'and the workers were not stopped');
 
-TODO:
-{
-	local $TODO = 'the workers stop quietly once worker.c handles SIGTERM itself';
-	is(log_count($node, qr/FATAL:  terminating background worker "outbox shard"/, $offset), 0,
-		'no FATAL line for the workers the DDL stopped');
-}
+is(log_count($node, qr/FATAL:  terminating background worker "outbox shard"/, $offset), 0,
+	'no FATAL line for the workers the DDL stopped');
 
 # Delivery on again: every database, under its new name, delivers what was
 # pending and what is sent now.
