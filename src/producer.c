@@ -558,12 +558,21 @@ note_differences(const char *from, const char *to, StringInfo names)
 	{
 		const char *end = strchr(line, '\n');
 		const char *eq = strchr(line, '=');
-		char	   *name = pnstrdup(line, eq - line);
+		char	   *name;
 		int			from_len = 0;
 		int			to_len = 0;
-		const char *from_value = setting_value(from, name, &from_len);
-		const char *to_value = setting_value(to, name, &to_len);
+		const char *from_value;
+		const char *to_value;
 
+		/* the rest of a value with a newline in it: not a name */
+		if (eq == NULL || eq > end)
+		{
+			line = end + 1;
+			continue;
+		}
+		name = pnstrdup(line, eq - line);
+		from_value = setting_value(from, name, &from_len);
+		to_value = setting_value(to, name, &to_len);
 		if ((to_value == NULL || from_len != to_len ||
 			 memcmp(from_value, to_value, from_len) != 0) &&
 			strstr(names->data, psprintf(" %s,", name)) == NULL)
