@@ -20,33 +20,58 @@
 #include <unistd.h>
 #include <librdkafka/rdkafka.h>
 
+#include "common/jsonapi.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
-#include "utils/builtins.h"
-#include "utils/fmgrprotos.h"
-#include "utils/jsonb.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-/* Every librdkafka call that can fail goes through this check. */
-#define KAFKA_CONF_SET(conf, name, value) \
+/*
+ * Every property the worker sets goes through this check, and is recorded
+ * in the producer's settings (see outbox_producer_outdated).
+ */
+#define KAFKA_CONF_SET(build, name, value) \
 	do { \
-		char		errstr_[512]; \
-		if (rd_kafka_conf_set((conf), (name), (value), errstr_, sizeof(errstr_)) != RD_KAFKA_CONF_OK) \
-		{ \
-			*error = psprintf("%s=%s: %s", (name), (value), errstr_); \
-			rd_kafka_conf_destroy(conf); \
-			return NULL; \
-		} \
+		if (!conf_set((build), (name), (value), error)) \
+			return false; \
 	} while (0)
 
 /* Statistics kept between two looks of the worker; older ones are dropped. */
 #define MAX_PENDING_STATISTICS 8
 
+/*
+ * Topic handles kept per producer: topics with longer names or beyond
+ * this many are produced to by name.
+ */
+#define TOPIC_NAME_KEY 256
+#define MAX_TOPIC_HANDLES 10000
+
+typedef struct TopicHandle
+{
+	char		name[TOPIC_NAME_KEY];	/* hash key */
+	rd_kafka_topic_t *rkt;
+} TopicHandle;
+
+/*
+ * A librdkafka configuration being built, and every "name=value" set on
+ * it, in order: what librdkafka was told, settings and secrets alike.
+ */
+typedef struct ConfBuild
+{
+	rd_kafka_conf_t *conf;
+	StringInfoData applied;
+} ConfBuild;
+
 struct OutboxProducer
 {
 	rd_kafka_t *rk;
 	const char *name;			/* the worker's, for the log */
+	char	   *client_id;
+	char	   *settings;		/* every "name=value\n" librdkafka was given */
+	HTAB	   *topics;			/* TopicHandle by name */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	OutboxReports unclaimed;	/* reports served, not yet handed out */
@@ -62,6 +87,7 @@ struct OutboxProducer
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
 	bool		broker_was_up[OUTBOX_MAX_BROKERS];
 	int			nbrokers;
+	bool		statistics_unreadable;	/* the last ones were: logged */
 };
 
 /*
@@ -161,19 +187,79 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 }
 
 /*
- * Keeps librdkafka's statistics (JSON) for the worker to publish; parsing
- * them here could raise an error inside librdkafka's call.
+ * Where the top-level "brokers" object of librdkafka's statistics is: a
+ * scan that only tells strings from structure and stops at the object's
+ * end. librdkafka writes "brokers" before "topics", whose size grows with
+ * topics x partitions, so that part is never looked at. False if absent.
+ */
+static bool
+find_brokers(const char *json, size_t len, size_t *start, size_t *end)
+{
+	int			depth = 0;
+	bool		key = false;	/* the last string at depth 1 was "brokers" */
+	bool		value = false;	/* ... and its colon came: the value is next */
+	bool		inside = false;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		const char *string = json + i + 1;
+
+		switch (json[i])
+		{
+			case '"':
+				for (i++; i < len && json[i] != '"'; i++)
+					if (json[i] == '\\')
+						i++;
+				key = depth == 1 && json + i - string == 7 && memcmp(string, "brokers", 7) == 0;
+				break;
+			case ':':
+				value = key;
+				break;
+			case '{':
+			case '[':
+				if (value && json[i] == '{' && !inside)
+				{
+					inside = true;
+					*start = i;
+				}
+				depth++;
+				value = key = false;
+				break;
+			case '}':
+			case ']':
+				if (--depth == 1 && inside)
+				{
+					*end = i + 1;
+					return true;
+				}
+				if (depth < 0)
+					return false;
+				break;
+			case ',':
+				value = key = false;
+				break;
+		}
+	}
+	return false;
+}
+
+/*
+ * Keeps the brokers of librdkafka's statistics for the worker to publish;
+ * parsing them here could raise an error inside librdkafka's call.
  */
 static int
 on_statistics(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
-	char	   *copy = malloc(json_len + 1);
+	size_t		start = 0;
+	size_t		end = 0;
+	char	   *copy;
 
-	if (copy == NULL)
+	if (!find_brokers(json, json_len, &start, &end) ||
+		(copy = malloc(end - start + 1)) == NULL)
 		return 0;
-	memcpy(copy, json, json_len);
-	copy[json_len] = '\0';
+	memcpy(copy, json + start, end - start);
+	copy[end - start] = '\0';
 	if (producer->nstatistics == MAX_PENDING_STATISTICS)
 	{
 		free(producer->statistics[0]);
@@ -194,17 +280,23 @@ on_log(const rd_kafka_t *rk, int level, const char *facility, const char *messag
 }
 
 static bool
-set_user_property(void *target, const char *name, const char *value, char **error)
+conf_set(ConfBuild *build, const char *name, const char *value, char **error)
 {
 	char		errstr[512];
 
-	if (rd_kafka_conf_set((rd_kafka_conf_t *) target, name, value,
-						  errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+	if (rd_kafka_conf_set(build->conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 	{
-		*error = psprintf("outbox.kafka_config: %s", errstr);
+		*error = psprintf("%s: %s", name, errstr);
 		return false;
 	}
+	appendStringInfo(&build->applied, "%s=%s\n", name, value);
 	return true;
+}
+
+static bool
+set_user_property(void *target, const char *name, const char *value, char **error)
+{
+	return conf_set((ConfBuild *) target, name, value, error);
 }
 
 static long
@@ -225,74 +317,96 @@ conf_number(rd_kafka_conf_t *conf, const char *name)
  * be reported within message.timeout.ms.
  */
 static bool
-fit_topic_wait_to_timeout(rd_kafka_conf_t *conf, char **error)
+fit_topic_wait_to_timeout(ConfBuild *build, char **error)
 {
-	long		timeout_ms = conf_number(conf, "message.timeout.ms");
-	long		wait_ms = conf_number(conf, "topic.metadata.propagation.max.ms");
+	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
+	long		wait_ms = conf_number(build->conf, "topic.metadata.propagation.max.ms");
 	char		value[32];
 
 	if (timeout_ms <= 0 || wait_ms < 0 || wait_ms < timeout_ms)
 		return true;
 	snprintf(value, sizeof(value), "%ld", Max(1L, timeout_ms / 2));
-	KAFKA_CONF_SET(conf, "topic.metadata.propagation.max.ms", value);
+	KAFKA_CONF_SET(build, "topic.metadata.propagation.max.ms", value);
 	return true;
 }
 
-static rd_kafka_conf_t *
-build_conf(OutboxProducer *producer, const char *client_id, char **error)
+/*
+ * Sets every property the producer gets from the settings: those the
+ * worker derives, then outbox.kafka_config, then the secrets file.
+ */
+static bool
+set_properties(ConfBuild *build, const char *client_id, char **error)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char		value[64];
 
-	KAFKA_CONF_SET(conf, "bootstrap.servers", outbox_brokers);
-	KAFKA_CONF_SET(conf, "client.id", client_id);
+	KAFKA_CONF_SET(build, "bootstrap.servers", outbox_brokers);
+	KAFKA_CONF_SET(build, "client.id", client_id);
 	/* the documented way to keep partition order through retries */
-	KAFKA_CONF_SET(conf, "enable.idempotence", "true");
+	KAFKA_CONF_SET(build, "enable.idempotence", "true");
 	/* a message lost after a later one was written is fatal, not a gap */
-	KAFKA_CONF_SET(conf, "enable.gapless.guarantee", "true");
+	KAFKA_CONF_SET(build, "enable.gapless.guarantee", "true");
 	/* places keys on the partitions the Java client would choose */
-	KAFKA_CONF_SET(conf, "partitioner", "murmur2_random");
-	KAFKA_CONF_SET(conf, "log.queue", "true");
+	KAFKA_CONF_SET(build, "partitioner", "murmur2_random");
+	KAFKA_CONF_SET(build, "log.queue", "true");
 	/*
 	 * An event goes out as soon as it is produced: under load, events
 	 * produced while a request is in flight make the next one bigger.
 	 */
-	KAFKA_CONF_SET(conf, "linger.ms", "0");
+	KAFKA_CONF_SET(build, "linger.ms", "0");
 	/* requests pipelined on one connection must not wait for delayed ACKs */
-	KAFKA_CONF_SET(conf, "socket.nagle.disable", "true");
+	KAFKA_CONF_SET(build, "socket.nagle.disable", "true");
 	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_min_ms());
-	KAFKA_CONF_SET(conf, "reconnect.backoff.ms", value);
+	KAFKA_CONF_SET(build, "reconnect.backoff.ms", value);
 	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_max_ms());
-	KAFKA_CONF_SET(conf, "reconnect.backoff.max.ms", value);
+	KAFKA_CONF_SET(build, "reconnect.backoff.max.ms", value);
 	/* for outbox_kafka_brokers; outbox.kafka_config may change or disable it */
-	KAFKA_CONF_SET(conf, "statistics.interval.ms", "1000");
+	KAFKA_CONF_SET(build, "statistics.interval.ms", "1000");
 	snprintf(value, sizeof(value), "%d",
 			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
-	KAFKA_CONF_SET(conf, "message.max.bytes", value);
+	KAFKA_CONF_SET(build, "message.max.bytes", value);
 	/*
 	 * The window is queued at most: outbox.window_bytes, plus the event
 	 * that crossed it, plus headers and envelopes.
 	 */
 	snprintf(value, sizeof(value), "%ld",
 			 ((long) outbox_window_bytes + outbox_max_message_bytes) / 1024 + 4096);
-	KAFKA_CONF_SET(conf, "queue.buffering.max.kbytes", value);
+	KAFKA_CONF_SET(build, "queue.buffering.max.kbytes", value);
 	snprintf(value, sizeof(value), "%d", Max(100000, outbox_window_size + outbox_batch_size));
-	KAFKA_CONF_SET(conf, "queue.buffering.max.messages", value);
+	KAFKA_CONF_SET(build, "queue.buffering.max.messages", value);
 
-	if (!outbox_apply_kafka_config(outbox_kafka_config, conf, set_user_property, error))
+	if (!outbox_apply_kafka_config(outbox_kafka_config, build, set_user_property, error))
+		return false;
+	if (!outbox_apply_kafka_config_file(outbox_kafka_config_file, build, set_user_property, error))
+		return false;
+	return fit_topic_wait_to_timeout(build, error);
+}
+
+/*
+ * A configuration from the current settings, and in build->applied what
+ * it says. Returns false with *error set when a setting is refused.
+ */
+static bool
+build_conf(ConfBuild *build, const char *client_id, char **error)
+{
+	build->conf = rd_kafka_conf_new();
+	initStringInfo(&build->applied);
+	if (!set_properties(build, client_id, error))
 	{
-		rd_kafka_conf_destroy(conf);
-		return NULL;
+		rd_kafka_conf_destroy(build->conf);
+		pfree(build->applied.data);
+		return false;
 	}
-	if (!fit_topic_wait_to_timeout(conf, error))
-		return NULL;
+	return true;
+}
 
+static void
+set_callbacks(rd_kafka_conf_t *conf, OutboxProducer *producer)
+{
 	rd_kafka_conf_set_opaque(conf, producer);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_error_cb(conf, on_error);
 	rd_kafka_conf_set_log_cb(conf, on_log);
 	rd_kafka_conf_set_stats_cb(conf, on_statistics);
-	return conf;
 }
 
 /*
@@ -325,37 +439,77 @@ enable_wake_pipe(OutboxProducer *producer, char **error)
 	return true;
 }
 
+static HTAB *
+create_topic_handles(void)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = TOPIC_NAME_KEY;
+	ctl.entrysize = sizeof(TopicHandle);
+	ctl.hcxt = TopMemoryContext;
+	return hash_create("outbox producer topics", 64, &ctl,
+					   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+static void
+free_producer(OutboxProducer *producer)
+{
+	if (producer->topics != NULL)
+		hash_destroy(producer->topics);
+	if (producer->settings != NULL)
+		pfree(producer->settings);
+	pfree(producer->client_id);
+	pfree(producer);
+}
+
 /* Returns NULL with *error set when the settings are refused. */
 OutboxProducer *
 outbox_producer_create(const char *name, const char *client_id, char **error)
 {
 	OutboxProducer *producer = MemoryContextAllocZero(TopMemoryContext, sizeof(OutboxProducer));
-	rd_kafka_conf_t *conf;
+	ConfBuild	build;
 	char		errstr[512];
 
 	producer->name = name;
-	conf = build_conf(producer, client_id, error);
-	if (conf == NULL)
+	producer->client_id = MemoryContextStrdup(TopMemoryContext, client_id);
+	producer->topics = create_topic_handles();
+	if (!build_conf(&build, client_id, error))
 	{
-		pfree(producer);
+		free_producer(producer);
 		return NULL;
 	}
-	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	producer->settings = MemoryContextStrdup(TopMemoryContext, build.applied.data);
+	pfree(build.applied.data);
+	set_callbacks(build.conf, producer);
+	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.conf, errstr, sizeof(errstr));
 	if (producer->rk == NULL)
 	{
-		rd_kafka_conf_destroy(conf);
+		rd_kafka_conf_destroy(build.conf);
 		*error = pstrdup(errstr);
-		pfree(producer);
+		free_producer(producer);
 		return NULL;
 	}
 	rd_kafka_set_log_queue(producer->rk, NULL);
 	if (!enable_wake_pipe(producer, error))
 	{
 		rd_kafka_destroy(producer->rk);
-		pfree(producer);
+		free_producer(producer);
 		return NULL;
 	}
 	return producer;
+}
+
+/* librdkafka wants every topic handle given back before its own end. */
+static void
+destroy_topic_handles(OutboxProducer *producer)
+{
+	HASH_SEQ_STATUS seq;
+	TopicHandle *handle;
+
+	hash_seq_init(&seq, producer->topics);
+	while ((handle = hash_seq_search(&seq)) != NULL)
+		if (handle->rkt != NULL)
+			rd_kafka_topic_destroy(handle->rkt);
 }
 
 void
@@ -367,12 +521,130 @@ outbox_producer_destroy(OutboxProducer *producer)
 	outbox_producer_purge(producer, &ignored);
 	rd_kafka_queue_io_event_enable(queue, -1, NULL, 0);
 	rd_kafka_queue_destroy(queue);
+	destroy_topic_handles(producer);
 	rd_kafka_destroy(producer->rk);
 	close(producer->wake_pipe[0]);
 	close(producer->wake_pipe[1]);
 	for (int i = 0; i < producer->nstatistics; i++)
 		free(producer->statistics[i]);
-	pfree(producer);
+	free_producer(producer);
+}
+
+/* The value of the last "name=" line of settings, or NULL. */
+static const char *
+setting_value(const char *settings, const char *name, int *len)
+{
+	const char *found = NULL;
+	size_t		namelen = strlen(name);
+
+	for (const char *line = settings; *line != '\0';)
+	{
+		const char *end = strchr(line, '\n');
+
+		if (strncmp(line, name, namelen) == 0 && line[namelen] == '=')
+		{
+			found = line + namelen + 1;
+			*len = (int) (end - found);
+		}
+		line = end + 1;
+	}
+	return found;
+}
+
+/* Appends to *names each property whose value differs in the other list. */
+static void
+note_differences(const char *from, const char *to, StringInfo names)
+{
+	for (const char *line = from; *line != '\0';)
+	{
+		const char *end = strchr(line, '\n');
+		const char *eq = strchr(line, '=');
+		char	   *name;
+		int			from_len = 0;
+		int			to_len = 0;
+		const char *from_value;
+		const char *to_value;
+
+		/* the rest of a value with a newline in it: not a name */
+		if (eq == NULL || eq > end)
+		{
+			line = end + 1;
+			continue;
+		}
+		name = pnstrdup(line, eq - line);
+		from_value = setting_value(from, name, &from_len);
+		to_value = setting_value(to, name, &to_len);
+		if ((to_value == NULL || from_len != to_len ||
+			 memcmp(from_value, to_value, from_len) != 0) &&
+			strstr(names->data, psprintf(" %s,", name)) == NULL)
+			appendStringInfo(names, " %s,", name);
+		line = end + 1;
+	}
+}
+
+/*
+ * Whether the settings now say something else to librdkafka than they did
+ * when the producer was built: then it must be rebuilt, since librdkafka
+ * reads its configuration only then. Logs the names of the properties
+ * that changed, never their values. A secrets file that cannot be applied
+ * keeps the producer as it is (logged).
+ */
+bool
+outbox_producer_outdated(OutboxProducer *producer)
+{
+	ConfBuild	build;
+	char	   *error = NULL;
+	StringInfoData names;
+
+	if (!build_conf(&build, producer->client_id, &error))
+	{
+		ereport(LOG,
+				(errmsg("%s: the new Kafka settings cannot be applied, the producer keeps its own: %s",
+						producer->name, error)));
+		return false;
+	}
+	rd_kafka_conf_destroy(build.conf);
+	if (strcmp(build.applied.data, producer->settings) == 0)
+		return false;
+	initStringInfo(&names);
+	note_differences(producer->settings, build.applied.data, &names);
+	note_differences(build.applied.data, producer->settings, &names);
+	if (names.len > 0)
+		names.data[--names.len] = '\0';
+	ereport(LOG,
+			(errmsg("%s: the Kafka producer's settings changed (%s); it is rebuilt once its events in flight are settled",
+					producer->name, names.data + 1)));
+	return true;
+}
+
+/*
+ * The handle of a topic, made when the topic is first produced to. Making
+ * it asks Kafka for the topic's metadata at once; librdkafka 2.0.2 does not
+ * when a message names a topic it does not know, and the message then
+ * waits up to a second for its topic scan (fixed in librdkafka 2.10.1).
+ * NULL: produce by name.
+ */
+static rd_kafka_topic_t *
+topic_handle(OutboxProducer *producer, const char *topic)
+{
+	TopicHandle *handle;
+	rd_kafka_topic_t *rkt;
+
+	if (strlen(topic) >= TOPIC_NAME_KEY)
+		return NULL;
+	handle = hash_search(producer->topics, topic, HASH_FIND, NULL);
+	if (handle != NULL)
+		return handle->rkt;
+	if (hash_get_num_entries(producer->topics) >= MAX_TOPIC_HANDLES)
+		return NULL;
+	/* entered first: the entry cannot fail once librdkafka made the handle */
+	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
+	rkt = rd_kafka_topic_new(producer->rk, topic, NULL);
+	if (rkt == NULL)
+		hash_search(producer->topics, topic, HASH_REMOVE, NULL);
+	else
+		handle->rkt = rkt;
+	return rkt;
 }
 
 static rd_kafka_headers_t *
@@ -386,6 +658,39 @@ build_headers(const OutboxRecord *record)
 	return headers;
 }
 
+#define MESSAGE_FIELDS 7
+
+/* The message of an event, for rd_kafka_produceva; by handle or by name. */
+static void
+describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *record,
+				 rd_kafka_headers_t *headers, OutboxEvent *event)
+{
+	if (rkt != NULL)
+	{
+		vu[0].vtype = RD_KAFKA_VTYPE_RKT;
+		vu[0].u.rkt = rkt;
+	}
+	else
+	{
+		vu[0].vtype = RD_KAFKA_VTYPE_TOPIC;
+		vu[0].u.cstr = record->topic;
+	}
+	vu[1].vtype = RD_KAFKA_VTYPE_KEY;
+	vu[1].u.mem.ptr = (void *) record->key;
+	vu[1].u.mem.size = record->keylen;
+	vu[2].vtype = RD_KAFKA_VTYPE_VALUE;
+	vu[2].u.mem.ptr = (void *) record->value;
+	vu[2].u.mem.size = record->valuelen;
+	vu[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS;
+	vu[3].u.i = 0;
+	vu[4].vtype = RD_KAFKA_VTYPE_TIMESTAMP;
+	vu[4].u.i64 = record->timestamp_ms;
+	vu[5].vtype = RD_KAFKA_VTYPE_HEADERS;
+	vu[5].u.headers = headers;
+	vu[6].vtype = RD_KAFKA_VTYPE_OPAQUE;
+	vu[6].u.ptr = event;
+}
+
 /*
  * Hands one event to librdkafka. Returns false if it was refused at once
  * (the outcome is recorded on the event): the caller must then hold back
@@ -396,23 +701,21 @@ bool
 outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 						const OutboxRecord *record)
 {
+	rd_kafka_topic_t *rkt = topic_handle(producer, record->topic);
 	rd_kafka_resp_err_t err;
 
 	for (;;)
 	{
 		rd_kafka_headers_t *headers = build_headers(record);
+		rd_kafka_vu_t vu[MESSAGE_FIELDS];
+		rd_kafka_error_t *failure;
 
-		err = rd_kafka_producev(producer->rk,
-								RD_KAFKA_V_TOPIC(record->topic),
-								RD_KAFKA_V_KEY(record->key, record->keylen),
-								RD_KAFKA_V_VALUE((void *) record->value, record->valuelen),
-								RD_KAFKA_V_MSGFLAGS(0),
-								RD_KAFKA_V_TIMESTAMP(record->timestamp_ms),
-								RD_KAFKA_V_HEADERS(headers),
-								RD_KAFKA_V_OPAQUE(event),
-								RD_KAFKA_V_END);
-		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		describe_message(vu, rkt, record, headers, event);
+		failure = rd_kafka_produceva(producer->rk, vu, lengthof(vu));
+		if (failure == NULL)
 			break;
+		err = rd_kafka_error_code(failure);
+		rd_kafka_error_destroy(failure);
 		rd_kafka_headers_destroy(headers);
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		{
@@ -528,32 +831,6 @@ outbox_producer_kafka_down(OutboxProducer *producer)
 	return producer->kafka_down;
 }
 
-static bool
-json_field(JsonbContainer *object, const char *name, JsonbValue *value)
-{
-	return getKeyJsonValueFromContainer(object, name, strlen(name), value) != NULL;
-}
-
-static void
-json_text(JsonbContainer *object, const char *name, char *buf, size_t size)
-{
-	JsonbValue	v;
-
-	buf[0] = '\0';
-	if (json_field(object, name, &v) && v.type == jbvString)
-		strlcpy(buf, v.val.string.val, Min(size, (size_t) v.val.string.len + 1));
-}
-
-static double
-json_number(JsonbContainer *object, const char *name)
-{
-	JsonbValue	v;
-
-	if (!json_field(object, name, &v) || v.type != jbvNumeric)
-		return 0;
-	return DatumGetFloat8(DirectFunctionCall1(numeric_float8, NumericGetDatum(v.val.numeric)));
-}
-
 /* The entry of a broker by name, added if new (NULL when full). */
 static OutboxBrokerInfo *
 known_broker(OutboxProducer *producer, const char *name)
@@ -569,6 +846,31 @@ known_broker(OutboxProducer *producer, const char *name)
 	return &producer->brokers[producer->nbrokers++];
 }
 
+/* What one broker's object of the statistics says, as it is parsed. */
+typedef struct BrokerSeen
+{
+	double		nodeid;
+	char		nodename[128];
+	char		state[16];
+	double		waitresp_cnt;
+	double		rtt_avg;
+	double		rtt_cnt;
+} BrokerSeen;
+
+/*
+ * The parse of the "brokers" object: depth 1 is that object, 2 a broker's,
+ * 3 the objects in a broker (its "rtt" among them).
+ */
+typedef struct BrokersParse
+{
+	OutboxProducer *producer;
+	int			depth;
+	const char *field;			/* the last field name at depth 2 */
+	const char *rtt_field;		/* the last field name in "rtt" */
+	bool		in_rtt;
+	BrokerSeen	seen;
+} BrokersParse;
+
 /*
  * Takes in one broker of the statistics: those with a node id (known from
  * metadata), not a bootstrap address not yet matched to a broker nor
@@ -576,57 +878,173 @@ known_broker(OutboxProducer *producer, const char *name)
  * that had a request in it.
  */
 static void
-take_in_broker(OutboxProducer *producer, JsonbContainer *broker)
+take_in_broker(OutboxProducer *producer, const BrokerSeen *seen)
 {
-	char		name[128];
-	JsonbValue	rtt;
 	OutboxBrokerInfo *info;
 
-	if (json_number(broker, "nodeid") < 0)
+	if (seen->nodeid < 0)
 		return;
-	json_text(broker, "nodename", name, sizeof(name));
-	info = known_broker(producer, name);
+	info = known_broker(producer, seen->nodename);
 	if (info == NULL)
 		return;
-	json_text(broker, "state", info->state, sizeof(info->state));
+	strlcpy(info->state, seen->state, sizeof(info->state));
 	if (strcmp(info->state, "UP") == 0)
 		producer->broker_was_up[info - producer->brokers] = true;
-	info->in_flight = (int64) json_number(broker, "waitresp_cnt");
-	if (json_field(broker, "rtt", &rtt) && rtt.type == jbvBinary &&
-		json_number(rtt.val.binary.data, "cnt") > 0)
-		info->rtt_avg_ms = json_number(rtt.val.binary.data, "avg") / 1000.0;
+	info->in_flight = (int64) seen->waitresp_cnt;
+	if (seen->rtt_cnt > 0)
+		info->rtt_avg_ms = seen->rtt_avg / 1000.0;
 }
 
-static void
-take_in_statistics(OutboxProducer *producer, const char *text)
+#if PG_VERSION_NUM >= 160000
+#define JSON_ACTION JsonParseErrorType
+#define JSON_ACTION_DONE return JSON_SUCCESS
+#else
+#define JSON_ACTION void
+#define JSON_ACTION_DONE return
+#endif
+
+static JSON_ACTION
+brokers_nest(void *state)
 {
-	Jsonb	   *json = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-	JsonbValue	brokers;
-	JsonbIterator *it;
-	JsonbIteratorToken token;
-	JsonbValue	v;
+	BrokersParse *parse = (BrokersParse *) state;
 
-	if (!json_field(&json->root, "brokers", &brokers) || brokers.type != jbvBinary)
-		return;
-	it = JsonbIteratorInit(brokers.val.binary.data);
-	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-		if (token == WJB_VALUE && v.type == jbvBinary)
-			take_in_broker(producer, v.val.binary.data);
-	pfree(json);
+	parse->depth++;
+	if (parse->depth == 2)
+	{
+		memset(&parse->seen, 0, sizeof(parse->seen));
+		parse->seen.nodeid = -1;
+		parse->field = NULL;
+	}
+	else if (parse->depth == 3)
+	{
+		parse->in_rtt = parse->field != NULL && strcmp(parse->field, "rtt") == 0;
+		parse->rtt_field = NULL;
+	}
+	JSON_ACTION_DONE;
 }
 
+static JSON_ACTION
+brokers_unnest(void *state)
+{
+	BrokersParse *parse = (BrokersParse *) state;
+
+	if (parse->depth == 2)
+		take_in_broker(parse->producer, &parse->seen);
+	else if (parse->depth == 3)
+		parse->in_rtt = false;
+	parse->depth--;
+	JSON_ACTION_DONE;
+}
+
+static JSON_ACTION
+brokers_field(void *state, char *fname, bool isnull)
+{
+	BrokersParse *parse = (BrokersParse *) state;
+
+	if (parse->depth == 2)
+		parse->field = fname;
+	else if (parse->depth == 3 && parse->in_rtt)
+		parse->rtt_field = fname;
+	JSON_ACTION_DONE;
+}
+
+static JSON_ACTION
+brokers_scalar(void *state, char *token, JsonTokenType tokentype)
+{
+	BrokersParse *parse = (BrokersParse *) state;
+	BrokerSeen *seen = &parse->seen;
+	bool		number = tokentype == JSON_TOKEN_NUMBER;
+	bool		string = tokentype == JSON_TOKEN_STRING;
+
+	if (parse->depth == 2 && parse->field != NULL)
+	{
+		if (number && strcmp(parse->field, "nodeid") == 0)
+			seen->nodeid = strtod(token, NULL);
+		else if (number && strcmp(parse->field, "waitresp_cnt") == 0)
+			seen->waitresp_cnt = strtod(token, NULL);
+		else if (string && strcmp(parse->field, "nodename") == 0)
+			strlcpy(seen->nodename, token, sizeof(seen->nodename));
+		else if (string && strcmp(parse->field, "state") == 0)
+			strlcpy(seen->state, token, sizeof(seen->state));
+	}
+	else if (parse->depth == 3 && parse->in_rtt && parse->rtt_field != NULL && number)
+	{
+		if (strcmp(parse->rtt_field, "avg") == 0)
+			seen->rtt_avg = strtod(token, NULL);
+		else if (strcmp(parse->rtt_field, "cnt") == 0)
+			seen->rtt_cnt = strtod(token, NULL);
+	}
+	JSON_ACTION_DONE;
+}
+
+/*
+ * Parses the "brokers" object with PostgreSQL's JSON parser, whose actions
+ * keep only the few fields published. Returns NULL, or what was wrong.
+ */
+static char *
+parse_brokers(OutboxProducer *producer, char *text)
+{
+	BrokersParse parse = {.producer = producer};
+	JsonSemAction sem = {
+		.semstate = &parse,
+		.object_start = brokers_nest,
+		.object_end = brokers_unnest,
+		.array_start = brokers_nest,
+		.array_end = brokers_unnest,
+		.object_field_start = brokers_field,
+		.scalar = brokers_scalar,
+	};
+	JsonParseErrorType result;
+	JsonLexContext *lex;
+
+#if PG_VERSION_NUM >= 170000
+	lex = makeJsonLexContextCstringLen(NULL, text, strlen(text), PG_UTF8, true);
+#else
+	lex = makeJsonLexContextCstringLen(text, strlen(text), PG_UTF8, true);
+#endif
+	result = pg_parse_json(lex, &sem);
+	return result == JSON_SUCCESS ? NULL : json_errdetail(result, lex);
+}
+
+/*
+ * Monitoring must never stall delivery: statistics that cannot be read are
+ * skipped (said once per producer), whatever went wrong.
+ */
 static void
 take_in_and_free(OutboxProducer *producer, char *text)
 {
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext parse = AllocSetContextCreate(caller, "outbox statistics",
+												ALLOCSET_SMALL_SIZES);
+	uint32		holdoff = InterruptHoldoffCount;
+	char	   *problem = NULL;
+
 	PG_TRY();
 	{
-		take_in_statistics(producer, text);
+		MemoryContextSwitchTo(parse);
+		problem = parse_brokers(producer, text);
+		if (problem != NULL)
+			problem = MemoryContextStrdup(caller, problem);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		free(text);
+		ErrorData  *error;
+
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(caller);
+		error = CopyErrorData();
+		FlushErrorState();
+		problem = error->message;
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(caller);
+	MemoryContextDelete(parse);
+	free(text);
+	if (problem != NULL && !producer->statistics_unreadable)
+		ereport(LOG,
+				(errmsg("%s: librdkafka's statistics could not be read, outbox_kafka_brokers may be stale: %s",
+						producer->name, problem)));
+	producer->statistics_unreadable = problem != NULL;
 }
 
 /*

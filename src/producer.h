@@ -21,6 +21,12 @@ extern OutboxProducer *outbox_producer_create(const char *name,
 extern void outbox_producer_destroy(OutboxProducer *producer);
 
 /*
+ * Whether the settings, read again, now give librdkafka other properties
+ * than the producer was built with (it must then be rebuilt); logs which.
+ */
+extern bool outbox_producer_outdated(OutboxProducer *producer);
+
+/*
  * Hands one event to librdkafka; its delivery report writes the event's
  * outcome. Returns false if it was refused at once (the outcome is
  * written already). The record's memory must live until the report was

@@ -6,11 +6,18 @@
 #include "settings.h"
 #include "tracing.h"
 
+#include <ctype.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <librdkafka/rdkafka.h>
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+
+/* A secrets file is a few lines: anything bigger is not one. */
+#define KAFKA_CONFIG_FILE_MAX (1024 * 1024)
 
 char	   *outbox_brokers = NULL;
 char	   *outbox_databases = NULL;
@@ -22,6 +29,7 @@ int			outbox_poll_interval_ms = 1000;
 int			outbox_max_message_bytes = 1024 * 1024;
 int			outbox_message_format = OUTBOX_FORMAT_ENVELOPE;
 char	   *outbox_kafka_config = NULL;
+char	   *outbox_kafka_config_file = NULL;
 bool		outbox_enabled = true;
 int			outbox_retry_backoff_min_ms = 1000;
 int			outbox_retry_backoff_max_ms = 60000;
@@ -43,9 +51,11 @@ static const struct config_enum_entry message_format_options[] = {
  * Properties the worker sets itself, or that the idempotent producer fixes
  * (librdkafka would refuse other values only when the worker creates the
  * producer): changing them would break delivery order, partition placement,
- * the worker's accounting of delivery reports or its memory bound, or the
- * server's safety (plugins and interceptors load code into the server,
- * callbacks and opaques are pointers), so they are refused when set.
+ * the worker's accounting of delivery reports or its memory bound. And
+ * properties that run code in the server: plugins and interceptors, OpenSSL
+ * engines and providers (a path loads that library), the Kerberos kinit
+ * command (run with system()); callbacks and opaques are pointers. All are
+ * refused when set.
  */
 static const char *const reserved_properties[] = {
 	"bootstrap.servers", "metadata.broker.list", "enable.idempotence",
@@ -56,7 +66,16 @@ static const char *const reserved_properties[] = {
 	"message.send.max.retries", "queuing.strategy",
 	"plugin.library.paths", "interceptors", "opaque", "default_topic_conf",
 	"delivery.report.only.error", "queue.buffering.max.kbytes",
-	"enabled_events", NULL
+	"enabled_events", "sasl.kerberos.kinit.cmd", "ssl.engine.location",
+	"ssl.engine.id", "ssl_engine_callback_data", "ssl.providers", NULL
+};
+
+/*
+ * librdkafka pastes these into its default kinit command, a shell command
+ * line, as they are: a value must not be able to end the word it is in.
+ */
+static const char *const kinit_substituted[] = {
+	"sasl.kerberos.principal", "sasl.kerberos.keytab", NULL
 };
 
 /*
@@ -73,12 +92,43 @@ is_reserved_property(const char *name)
 	len = strlen(name);
 	if (len >= 3 && strcmp(name + len - 3, "_cb") == 0)
 		return true;
-	if (strncmp(name, "interceptor", 11) == 0)
+	if (strncmp(name, "interceptor", 11) == 0 || strncmp(name, "plugin", 6) == 0)
 		return true;
 	for (int i = 0; reserved_properties[i] != NULL; i++)
 		if (strcmp(reserved_properties[i], name) == 0)
 			return true;
 	return false;
+}
+
+static bool
+is_shell_safe(const char *value)
+{
+	for (const char *c = value; *c != '\0'; c++)
+		if (!isalnum((unsigned char) *c) && strchr("/@._+-:=", *c) == NULL)
+			return false;
+	return true;
+}
+
+/*
+ * The checks every property gets, wherever it comes from, before the
+ * setter. The value never goes into an error: it may be a password.
+ */
+static bool
+apply_property(const char *name, const char *value, void *target,
+			   KafkaPropertySetter set_property, char **error)
+{
+	if (is_reserved_property(name))
+	{
+		*error = psprintf("property \"%s\" is set by pg_outbox and cannot be changed here", name);
+		return false;
+	}
+	for (int i = 0; kinit_substituted[i] != NULL; i++)
+		if (strcmp(name, kinit_substituted[i]) == 0 && !is_shell_safe(value))
+		{
+			*error = psprintf("property \"%s\" may contain only letters, digits and / @ . _ + - : =", name);
+			return false;
+		}
+	return set_property(target, name, value, error);
 }
 
 /*
@@ -123,14 +173,117 @@ outbox_apply_kafka_config(const char *config, void *target,
 		value = eq + 1;
 		for (char *end = eq - 1; end > name && *end == ' '; end--)
 			*end = '\0';
-		if (is_reserved_property(name))
-		{
-			*error = psprintf("property \"%s\" is set by pg_outbox and cannot be changed here", name);
-			return false;
-		}
-		if (!set_property(target, name, value, error))
+		if (!apply_property(name, value, target, set_property, error))
 			return false;
 	}
+	return true;
+}
+
+/*
+ * Reads outbox.kafka_config_file: only the server's user may have access
+ * to it, since it holds secrets. Returns NULL with *error set.
+ */
+static char *
+read_secrets_file(const char *path, char **error)
+{
+	struct stat st;
+	char	   *contents;
+	ssize_t		got;
+	int			fd;
+
+	if (!is_absolute_path(path))
+	{
+		*error = psprintf("\"%s\" is not an absolute path", path);
+		return NULL;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+	{
+		*error = psprintf("could not open file \"%s\": %m", path);
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > KAFKA_CONFIG_FILE_MAX)
+	{
+		*error = psprintf("\"%s\" is not a regular file of at most %d bytes", path,
+						  KAFKA_CONFIG_FILE_MAX);
+		close(fd);
+		return NULL;
+	}
+	if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	{
+		*error = psprintf("file \"%s\" has group or world access; it must be accessible only by the server's user (chmod 0600)",
+						  path);
+		close(fd);
+		return NULL;
+	}
+	contents = palloc(st.st_size + 1);
+	got = read(fd, contents, st.st_size);
+	close(fd);
+	if (got != st.st_size)
+	{
+		*error = psprintf("could not read file \"%s\"", path);
+		pfree(contents);
+		return NULL;
+	}
+	contents[got] = '\0';
+	return contents;
+}
+
+/*
+ * Applies outbox.kafka_config_file's "name=value" lines (blank lines and
+ * lines starting with # are skipped; the value runs to the end of its line,
+ * without escapes) through set_property.
+ */
+bool
+outbox_apply_kafka_config_file(const char *path, void *target,
+							   KafkaPropertySetter set_property, char **error)
+{
+	char	   *contents;
+	char	   *line;
+	int			lineno = 0;
+
+	if (path == NULL || path[0] == '\0')
+		return true;
+	contents = read_secrets_file(path, error);
+	if (contents == NULL)
+		return false;
+	for (line = contents; line != NULL && *line != '\0';)
+	{
+		char	   *next = strchr(line, '\n');
+		char	   *name = line;
+		char	   *eq;
+		char	   *value;
+		char	   *line_error = NULL;
+
+		lineno++;
+		if (next != NULL)
+			*next++ = '\0';
+		line = next;
+		if (name[0] != '\0' && name[strlen(name) - 1] == '\r')
+			name[strlen(name) - 1] = '\0';
+		while (isspace((unsigned char) *name))
+			name++;
+		if (*name == '\0' || *name == '#')
+			continue;
+		eq = strchr(name, '=');
+		if (eq == NULL || eq == name)
+		{
+			*error = psprintf("file \"%s\", line %d: not of the form name=value", path, lineno);
+			return false;
+		}
+		*eq = '\0';
+		for (char *end = eq - 1; end > name && isspace((unsigned char) *end); end--)
+			*end = '\0';
+		value = eq + 1;
+		while (*value == ' ' || *value == '\t')
+			value++;
+		if (!apply_property(name, value, target, set_property, &line_error))
+		{
+			*error = psprintf("file \"%s\", line %d: %s", path, lineno, line_error);
+			return false;
+		}
+	}
+	pfree(contents);
 	return true;
 }
 
@@ -149,30 +302,50 @@ set_on_rdkafka_conf(void *target, const char *name, const char *value,
 	return true;
 }
 
+typedef bool (*KafkaPropertiesApplier) (const char *source, void *target,
+										KafkaPropertySetter set_property, char **error);
+
 /*
- * Validates outbox.kafka_config against librdkafka itself. Building a
+ * Validates librdkafka properties against librdkafka itself. Building a
  * configuration object starts no threads, so this is safe in the
  * postmaster, where reloads are checked first.
  */
 static bool
-check_kafka_config(char **newval, void **extra, GucSource source)
+check_properties(const char *source, const char *parameter, KafkaPropertiesApplier apply)
 {
 	rd_kafka_conf_t *conf;
 	char	   *error = NULL;
 	bool		ok;
 
-	if (*newval == NULL || **newval == '\0')
+	if (source == NULL || source[0] == '\0')
 		return true;
-
 	conf = rd_kafka_conf_new();
-	ok = outbox_apply_kafka_config(*newval, conf, set_on_rdkafka_conf, &error);
+	ok = apply(source, conf, set_on_rdkafka_conf, &error);
 	rd_kafka_conf_destroy(conf);
 	if (!ok)
 	{
-		GUC_check_errmsg("invalid outbox.kafka_config");
+		GUC_check_errmsg("invalid %s", parameter);
 		GUC_check_errdetail("%s", error);
 	}
 	return ok;
+}
+
+static bool
+check_kafka_config(char **newval, void **extra, GucSource source)
+{
+	return check_properties(*newval, "outbox.kafka_config", outbox_apply_kafka_config);
+}
+
+/*
+ * The postmaster checks the secrets file at each reload (the path is set
+ * again even when unchanged), so a file that went bad is reported there;
+ * the worker reads it again when it builds its producer.
+ */
+static bool
+check_kafka_config_file(char **newval, void **extra, GucSource source)
+{
+	return check_properties(*newval, "outbox.kafka_config_file",
+							outbox_apply_kafka_config_file);
 }
 
 /*
@@ -384,6 +557,12 @@ outbox_define_settings(void)
 							   NULL, &outbox_kafka_config, "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
 							   check_kafka_config, NULL, show_kafka_config);
+	DefineCustomStringVariable("outbox.kafka_config_file",
+							   "File of further librdkafka producer properties, name=value per line: where secrets go.",
+							   "Read when a worker builds its producer; a reload never logs its contents.",
+							   &outbox_kafka_config_file, "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   check_kafka_config_file, NULL, NULL);
 	DefineCustomBoolVariable("outbox.enabled",
 							 "Whether the workers deliver; off pauses delivery.",
 							 NULL, &outbox_enabled, true,

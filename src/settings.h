@@ -1,7 +1,8 @@
 /*
  * settings.h
  *		The outbox.* settings every module reads, and the parsing of
- *		outbox.kafka_config that both its check and the producer use.
+ *		outbox.kafka_config and outbox.kafka_config_file that both their
+ *		checks and the producer use.
  */
 #ifndef OUTBOX_SETTINGS_H
 #define OUTBOX_SETTINGS_H
@@ -30,6 +31,7 @@ extern int	outbox_poll_interval_ms;
 extern int	outbox_max_message_bytes;
 extern int	outbox_message_format;
 extern char *outbox_kafka_config;
+extern char *outbox_kafka_config_file;
 extern bool outbox_enabled;
 extern int	outbox_retry_backoff_min_ms;
 extern int	outbox_retry_backoff_max_ms;
@@ -50,5 +52,9 @@ typedef bool (*KafkaPropertySetter) (void *target, const char *name,
 extern bool outbox_apply_kafka_config(const char *config, void *target,
 									  KafkaPropertySetter set_property,
 									  char **error);
+/* The same for the "name=value" lines of the file at path ("" or NULL: none). */
+extern bool outbox_apply_kafka_config_file(const char *path, void *target,
+										   KafkaPropertySetter set_property,
+										   char **error);
 
 #endif							/* OUTBOX_SETTINGS_H */

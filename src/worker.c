@@ -76,7 +76,6 @@ typedef struct WorkerState
 	bool		extension_gone;	/* a read found no extension: exit */
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
-	char	   *producer_settings;	/* what the producer was built from */
 	bool		rebuild_producer;	/* settings changed or producer failed */
 	OutboxWindow *window;
 	int64		cursor;			/* every id below is read or can't appear */
@@ -202,26 +201,15 @@ backing_off(WorkerState *st)
 	return st->backoff_until != 0 && GetCurrentTimestamp() < st->backoff_until;
 }
 
-static char *
-current_producer_settings(void)
-{
-	return MemoryContextStrdup(TopMemoryContext,
-							   psprintf("%s|%s|%d|%d|%d", outbox_brokers, outbox_kafka_config,
-										outbox_max_message_bytes, outbox_window_size,
-										outbox_window_bytes));
-}
-
+/* The producer knows what it was built from: it says if that changed. */
 static void
 reload_settings(WorkerState *st)
 {
-	char	   *settings;
-
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
-	settings = current_producer_settings();
-	if (st->producer_settings != NULL && strcmp(settings, st->producer_settings) != 0)
+	if (st->producer != NULL && !st->rebuild_producer &&
+		outbox_producer_outdated(st->producer))
 		st->rebuild_producer = true;
-	pfree(settings);
 	st->read_wanted = true;
 }
 
@@ -258,9 +246,6 @@ ensure_producer(WorkerState *st)
 
 	if (st->producer != NULL)
 		return !st->rebuild_producer;
-	if (st->producer_settings != NULL)
-		pfree(st->producer_settings);
-	st->producer_settings = current_producer_settings();
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	if (st->producer == NULL)
 	{

@@ -1,5 +1,7 @@
 # Bad settings: each bad value in postgresql.conf is refused at reload with
-# a clear log line, the old value stays in force, the workers keep running
+# a clear log line (among them librdkafka properties that would run a
+# command or load a library, and secrets files others can read), the old
+# value stays in force, the workers keep running
 # and the outbox is untouched; a bad outbox.shards at startup is reported
 # clearly; librdkafka settings that only fail when the producer is built
 # are logged once and leave the events in the outbox; an unreachable Kafka
@@ -53,6 +55,21 @@ my $rows_digest = sql('SELECT md5(string_agg(id || topic || payload::text || att
 my $pids = worker_list();
 is(scalar(split /,/, $pids), $shards, 'both workers run (paused)');
 
+# Secrets files (outbox.kafka_config_file) that must be refused.
+my $files = PostgreSQL::Test::Utils::tempdir();
+sub secrets_file
+{
+	my ($name, $mode, $text) = @_;
+	my $path = "$files/$name";
+	PostgreSQL::Test::Utils::append_to_file($path, $text);
+	chmod $mode, $path;
+	return $path;
+}
+my $shared_file = secrets_file('shared.conf', 0640, "sasl.password=x\n");
+my $reserved_file = secrets_file('reserved.conf', 0600,
+	"# a comment\nssl.engine.location = /tmp/engine.so\n");
+my $garbage_file = secrets_file('garbage.conf', 0600, "\nsasl.password\n");
+
 # ---- bad values at reload -------------------------------------------------
 # [line, what the log must say, parameter to SHOW, value it must keep]
 my @cases = (
@@ -80,6 +97,34 @@ my @cases = (
 	[ q{outbox.kafka_config = 'enable.idempotence=false'},
 	  qr/invalid outbox\.kafka_config\n.*DETAIL:  property "enable\.idempotence" is set by pg_outbox/,
 	  'outbox.kafka_config', $OutboxTest::TEST_KAFKA_CONFIG ],
+	# properties that run code in the server: a command, a library
+	(map { [ qq{outbox.kafka_config = '$_'},
+		qr/invalid outbox\.kafka_config\n.*DETAIL:  property "\Q@{[ (split \/=\/)[0] ]}\E" is set by pg_outbox and cannot be changed here/,
+		'outbox.kafka_config', $OutboxTest::TEST_KAFKA_CONFIG ] }
+	  'sasl.kerberos.kinit.cmd=touch /tmp/outbox-kinit', 'ssl.engine.location=/tmp/engine.so',
+	  'ssl.engine.id=dynamic', 'ssl.providers=/tmp/provider.so', 'ssl_engine_callback_data=1',
+	  'plugin.library.paths=/tmp/plugin.so', 'interceptors=1', 'topic.opaque=1'),
+	# pasted into the default kinit command line (a shell's) as they are
+	(map { [ qq{outbox.kafka_config = '$_'},
+		qr/invalid outbox\.kafka_config\n.*DETAIL:  property "\Q@{[ (split \/=\/)[0] ]}\E" may contain only letters, digits and/,
+		'outbox.kafka_config', $OutboxTest::TEST_KAFKA_CONFIG ] }
+	  'sasl.kerberos.principal=x;touch /tmp/outbox-kinit;true',
+	  'sasl.kerberos.keytab=/k"$(touch /tmp/outbox-kinit)"'),
+	[ q{outbox.kafka_config_file = 'secrets.conf'},
+	  qr/invalid outbox\.kafka_config_file\n.*DETAIL:  "secrets\.conf" is not an absolute path/,
+	  'outbox.kafka_config_file', '' ],
+	[ q{outbox.kafka_config_file = '/nonexistent/secrets.conf'},
+	  qr/invalid outbox\.kafka_config_file\n.*DETAIL:  could not open file "\/nonexistent\/secrets\.conf": No such file/,
+	  'outbox.kafka_config_file', '' ],
+	[ qq{outbox.kafka_config_file = '$shared_file'},
+	  qr/invalid outbox\.kafka_config_file\n.*DETAIL:  file ".*shared\.conf" has group or world access/,
+	  'outbox.kafka_config_file', '' ],
+	[ qq{outbox.kafka_config_file = '$reserved_file'},
+	  qr/invalid outbox\.kafka_config_file\n.*DETAIL:  file ".*reserved\.conf", line 2: property "ssl\.engine\.location" is set by pg_outbox/,
+	  'outbox.kafka_config_file', '' ],
+	[ qq{outbox.kafka_config_file = '$garbage_file'},
+	  qr/invalid outbox\.kafka_config_file\n.*DETAIL:  file ".*garbage\.conf", line 2: not of the form name=value/,
+	  'outbox.kafka_config_file', '' ],
 	[ q{outbox.kafka_config = 'message.timeout.ms=soon'},
 	  qr/invalid outbox\.kafka_config\n.*DETAIL:  .*message\.timeout\.ms/,
 	  'outbox.kafka_config', $OutboxTest::TEST_KAFKA_CONFIG ],

@@ -2,7 +2,8 @@
 # Kafka received and shows each shard's state as Kafka goes away and comes
 # back, outbox_kafka_brokers follows the brokers' round trip, the lag
 # WARNING appears once per shard and the recovery LOG after it, and
-# outbox_explain() says why each kind of waiting event is not in Kafka yet.
+# outbox_explain() says why each kind of waiting event is not in Kafka yet;
+# with hundreds of topics the brokers' statistics stay cheap and current.
 use strict;
 use warnings;
 use FindBin;
@@ -181,6 +182,47 @@ for my $shard (0, 1)
 }
 like($log, qr/WARNING:  outbox "postgres" shard \d: the oldest pending event is .*\n.*DETAIL:  \d+ event\(s\) pending in shard \d; last error: /,
 	'the WARNING names the pending count and the last error');
+
+# ---- (i) many topics: the brokers' statistics stay cheap and current -----
+# librdkafka's statistics list every partition of every topic; the worker
+# reads only their brokers.
+$from = -s $node->logfile;
+sql(q{SELECT count(*) FROM (SELECT outbox_send('many' || t, 'm', 'k' || p)
+	FROM generate_series(1, 300) t, generate_series(1, 4) p) s});
+ok(wait_for_empty($node, 120), '1,200 events to 300 topics delivered');
+sleep(2);
+my @pids = grep { length } split /\n/, sql('SELECT pid FROM outbox_status ORDER BY shard');
+# user + system CPU time of the workers, in clock ticks
+sub worker_ticks
+{
+	my $ticks = 0;
+	for my $pid (@pids)
+	{
+		my @fields = split ' ', (slurp_file("/proc/$pid/stat") =~ s/^.*\) //sr);
+		$ticks += $fields[11] + $fields[12];
+	}
+	return $ticks;
+}
+my ($ticks0, $t1) = (worker_ticks(), time);
+sleep(10);
+my $cpu_ms_per_s = (worker_ticks() - $ticks0) * 10 / (time - $t1) / scalar(@pids);
+# a request to every broker while they are slow: each shard sees it (after
+# the 1,200 events, no broker in use shows an earlier slow round trip)
+ok(wait_query($node, 'postgres', q{SELECT coalesce(max(rtt_avg_ms), 0) < 300
+	FROM outbox_kafka_brokers WHERE state = 'UP'}, 20), 'the brokers in use are fast');
+$broker->command('rtt all 400');
+sql(q{SELECT count(*) FROM (SELECT outbox_send('many' || t, 'slow', 'k' || (t % 4 + 1))
+	FROM generate_series(1, 300) t) s});
+my $followed = wait_query($node, 'postgres', q{SELECT count(DISTINCT shard) = 2
+	FROM outbox_kafka_brokers WHERE rtt_avg_ms > 300}, 30);
+$broker->command('rtt all 0');
+ok(wait_for_empty($node, 60), 'the events sent while the brokers were slow are delivered');
+diag(sprintf('FIGURES statistics with 300 topics x 4 partitions: idle worker CPU %.1f ms/s (statistics every 500 ms)',
+		$cpu_ms_per_s));
+ok($followed, 'with 300 topics, outbox_kafka_brokers still follows the round trip');
+# e11b06c parsed the whole statistics with jsonb_in: 48 ms/s here
+cmp_ok($cpu_ms_per_s, '<', 30, 'an idle worker with 300 topics uses under 30 ms of CPU a second');
+unlike(log_since($node, $from), qr/statistics could not be read/, 'the statistics were read');
 
 $node->stop;
 done_testing();
