@@ -1,7 +1,7 @@
 # Part memory: a worker's memory idle, at its peak while it drains a large
 # backlog (its in-flight window full all along), and after; then while it
-# drains large events, which the byte bounds (outbox.batch_bytes or, in the
-# streaming worker, outbox.window_bytes) must keep in check. VmRSS counts
+# drains large events (big payloads, then big headers), which
+# outbox.window_bytes must keep in check. VmRSS counts
 # the shared buffers the worker touched (RssShmem); RssAnon and Pss_Anon
 # are its private memory; palloc is PostgreSQL's share of it.
 package Bench::Part::Memory;
@@ -45,6 +45,7 @@ sub run
 	}
 	# last: glibc keeps some of what it gave back, which would blur the above
 	large_payloads($ctx, $_) for 1 .. $ctx->{runs};
+	large_headers($ctx, $_) for 1 .. $ctx->{runs};
 	$env->set_enabled(0);
 }
 
@@ -104,10 +105,46 @@ sub palloc_mb
 sub large_payloads
 {
 	my ($ctx, $run) = @_;
-	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
+	big_events($ctx, $run, 'large', "SELECT count(outbox_send('bench', convert_to(i || repeat('x', 1048576), 'UTF8'), NULL))
+		FROM generate_series(1, $ctx->{cfg}{large_events}) i");
+}
+
+# The same with what an application role can put in headers instead: 3000
+# events with an empty payload and 200 kB of headers each (review e11b06c
+# H3; headers count against outbox.window_bytes like payloads).
+sub large_headers
+{
+	my ($ctx, $run) = @_;
+	big_events($ctx, $run, 'headers', "SELECT count(outbox_send('bench', ''::bytea, NULL,
+		jsonb_build_object('h', i || repeat('h', 200000)))) FROM generate_series(1, 3000) i");
+}
+
+# Sends what $sql sends while delivery is off, then samples the worker's
+# RssAnon while it drains: ${label}_drain_s and ${label}_peak_rssanon_mb.
+sub big_events
+{
+	my ($ctx, $run, $label, $sql) = @_;
+	my ($env, $res) = @$ctx{qw(env res)};
 	$env->set_setting('outbox.max_message_bytes', '2MB');
 	$env->set_enabled(0);
 	sleep 1;
+	$env->sql($sql);
+	$env->set_enabled(1);
+	my ($pid) = @{ $env->worker_pids };
+	my $peak = 0;
+	my $t0 = Time::HiRes::time();
+	while ($env->sql('SELECT count(*) > 0 FROM outbox') eq 't')
+	{
+		my $kb = Bench::Util::proc_kb($pid) or die "the worker (pid $pid) is gone";
+		$peak = $kb->{RssAnon} if $kb->{RssAnon} > $peak;
+		Time::HiRes::sleep(0.1);
+	}
+	$res->record('memory', "${label}_drain_s", 's', $run, Time::HiRes::time() - $t0);
+	$res->record('memory', "${label}_peak_rssanon_mb", 'MB', $run, $peak / 1024);
+	$env->reset_setting('outbox.max_message_bytes');
+}
+
+1;
 	$env->sql("SELECT count(outbox_send('bench', convert_to(i || repeat('x', 1048576), 'UTF8'), NULL))
 		FROM generate_series(1, $cfg->{large_events}) i");
 	$env->set_enabled(1);
