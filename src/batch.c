@@ -31,6 +31,7 @@
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -607,6 +608,22 @@ read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below)
  * extension does not exist.
  */
 /*
+ * The read is a walk of the shard's index in id order that stops at its
+ * limit. Statistics from when the outbox was small (or none: a first
+ * backlog) make a bitmap or sequential scan of the whole backlog plus a
+ * sort look cheaper, and one such read fetches every pending row; so,
+ * for this transaction only, the planner gets no such choice.
+ */
+static void
+plan_read_in_id_order(void)
+{
+	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
  * Runs the read in the variant it needs: holding keys back or not, and
  * leaving out the window's events at or above scan_from, if there are any.
  */
@@ -633,6 +650,7 @@ execute_read(int shard, int64 scan_from, int limit, int64 read_below, int nheld,
 	args[6] = PointerGetDatum(int8_array(skip, nskip));
 	if (nheld == 0)
 		nulls[4] = nulls[5] = 'n';
+	plan_read_in_id_order();
 	if (nskip == 0)
 		plan = nheld > 0 ? plans.read_holding : plans.read;
 	else
