@@ -48,9 +48,7 @@ diag(sprintf('FIGURES (a) H2 re-created while idle, poll_interval 1h: delivered=
 # ---- (b) re-created while an event is in flight and Kafka is down ---------
 reload_with($node, "outbox.poll_interval = '200ms'");
 $broker->command('down all');
-sql(q{SELECT outbox_send('re', 'in-flight', 'k')});
-ok(wait_query($node, 'postgres',
-		q{SELECT status IN ('in_flight', 'waiting_for_kafka') FROM outbox_explain((SELECT max(id) FROM outbox))}, 20),
+ok(wait_in_flight($node, sql(q{SELECT outbox_send('re', 'in-flight', 'k')})),
 	'(b) an event is in flight while Kafka is down');
 sql('DROP EXTENSION outbox');
 sleep 1;    # a read finds no extension while the window still holds the event

@@ -58,9 +58,7 @@ sub barrier_ddl
 
 # ---- (a) Kafka down, an event in flight ------------------------------------
 $broker->command('down all');
-sql(q{SELECT outbox_send('bar_down', 'in-flight', 'k')});
-ok(wait_query($node, 'postgres',
-		q{SELECT status IN ('in_flight', 'waiting_for_kafka') FROM outbox_explain((SELECT max(id) FROM outbox))}, 20),
+ok(wait_in_flight($node, sql(q{SELECT outbox_send('bar_down', 'in-flight', 'k')})),
 	'(a) an event is in flight');
 barrier_ddl('kafka down');
 

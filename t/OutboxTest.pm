@@ -22,7 +22,7 @@ our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
-  consume_js);
+  consume_js wait_in_flight);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -207,6 +207,15 @@ sub wait_for_empty
 }
 
 # ---- waiting, the log, the workers --------------------------------------
+
+# Waits until the worker holds event $id in its window with Kafka down or
+# slow (outbox_explain says in_flight, or waiting_for_kafka); true if so.
+sub wait_in_flight
+{
+	my ($node, $id, $timeout) = @_;
+	return wait_query($node, 'postgres', "SELECT status IN ('in_flight', 'waiting_for_kafka')"
+		  . " FROM outbox_explain($id)", $timeout // 20);
+}
 
 # Polls $check (a sub; dying counts as false) every 0.1 s; false on timeout.
 sub wait_until

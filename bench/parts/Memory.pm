@@ -145,21 +145,3 @@ sub big_events
 }
 
 1;
-	$env->sql("SELECT count(outbox_send('bench', convert_to(i || repeat('x', 1048576), 'UTF8'), NULL))
-		FROM generate_series(1, $cfg->{large_events}) i");
-	$env->set_enabled(1);
-	my ($pid) = @{ $env->worker_pids };
-	my $peak = 0;
-	my $t0 = Time::HiRes::time();
-	while ($env->sql('SELECT count(*) > 0 FROM outbox') eq 't')
-	{
-		my $kb = Bench::Util::proc_kb($pid) or die "the worker (pid $pid) is gone";
-		$peak = $kb->{RssAnon} if $kb->{RssAnon} > $peak;
-		Time::HiRes::sleep(0.1);
-	}
-	$res->record('memory', 'large_drain_s', 's', $run, Time::HiRes::time() - $t0);
-	$res->record('memory', 'large_peak_rssanon_mb', 'MB', $run, $peak / 1024);
-	$env->reset_setting('outbox.max_message_bytes');
-}
-
-1;
