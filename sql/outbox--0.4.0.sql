@@ -39,6 +39,12 @@ ALTER SEQUENCE @extschema@.outbox_id_seq OWNED BY @extschema@.outbox.id;
 CREATE INDEX outbox_retry_idx ON @extschema@.outbox (shard, id)
     WHERE next_attempt_at IS NOT NULL;
 
+-- The keys of those events, which hold later events of the same keys back
+-- (the worker's read looks each candidate's key up here). A hash index:
+-- keys of any length, and no entry for a new row either.
+CREATE INDEX outbox_held_idx ON @extschema@.outbox USING hash (key)
+    WHERE next_attempt_at IS NOT NULL;
+
 -- Events Kafka refused outbox.max_attempts times.
 CREATE TABLE @extschema@.outbox_dead_letter (
     id          bigint      PRIMARY KEY,

@@ -43,7 +43,6 @@ typedef struct Plans
 	SPIPlanPtr	read_holding;	/* next events, keys behind a retry skipped */
 	SPIPlanPtr	read_skipping;	/* the same two, without what the window holds */
 	SPIPlanPtr	read_holding_skipping;
-	SPIPlanPtr	held;			/* keyed events waiting for their retry time */
 	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_by_id;
@@ -65,12 +64,6 @@ static Plans plans;
 static char instance_id[64] = "";
 static TimeLineID instance_timeline = 0;
 
-/*
- * Most keyed waiting events one read holds back. Past them, the read stops
- * at the last one's id, so no later event of a key beyond the limit can
- * overtake its waiting predecessor.
- */
-#define MAX_HELD 10000
 
 #if PG_VERSION_NUM >= 150000
 #define CURRENT_TIMELINE() GetWALInsertionTimeLine()
@@ -112,7 +105,6 @@ forget_plans(void)
 	free_plan(&plans.read_holding);
 	free_plan(&plans.read_skipping);
 	free_plan(&plans.read_holding_skipping);
-	free_plan(&plans.held);
 	free_plan(&plans.held_min);
 	free_plan(&plans.delete);
 	free_plan(&plans.delete_by_id);
@@ -142,10 +134,9 @@ forget_plans(void)
  *     retry index (so a waiting retry never pins the scan start, and the
  *     scan never walks what was deleted since);
  *   - everything due from the scan start on.
- * $1 shard, $2 scan start, $3 limit, $4 no id from here (see MAX_HELD),
- * $5/$6 the hashes of held keys and their ids; the skipping variants take
- * $7, the ids the window holds from the scan start on: a read pinned low by
- * an open transaction does not copy in-flight rows again. Those are planned
+ * $1 shard, $2 scan start, $3 limit; the skipping variants take $4, the
+ * ids the window holds from the scan start on: a read pinned low by an
+ * open transaction does not copy in-flight rows again. Those are planned
  * for each read, where the array is a constant the executor hashes.
  */
 #define READ_COLUMNS "o.id, o.topic, o.key, o.payload, o.headers, o.created_at, o.ctid," \
@@ -158,12 +149,11 @@ read_sql(const char *s, const char *hold, const char *skip)
 					"(SELECT " READ_COLUMNS " FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.next_attempt_at IS NOT NULL"
 					" AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-					" AND o.id OPERATOR(pg_catalog.<) $2 AND o.id OPERATOR(pg_catalog.<) $4"
+					" AND o.id OPERATOR(pg_catalog.<) $2"
 					"%s%s ORDER BY o.id LIMIT $3)"
 					" UNION ALL"
 					" (SELECT " READ_COLUMNS " FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
-					" AND o.id OPERATOR(pg_catalog.<) $4"
 					" AND (o.next_attempt_at IS NULL"
 					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
 					"%s%s ORDER BY o.id LIMIT $3)"
@@ -171,31 +161,30 @@ read_sql(const char *s, const char *hold, const char *skip)
 					s, hold, skip, s, hold, skip);
 }
 
+/*
+ * A keyed event waits behind an earlier one of its key that waits for its
+ * retry; each candidate's key is looked up in the hash index of waiting
+ * keys (outbox_held_idx), whatever its length and however many wait.
+ */
+#define HOLD_SQL " AND NOT EXISTS (SELECT FROM %s.outbox h" \
+	" WHERE h.key" EQ "o.key AND h.next_attempt_at IS NOT NULL" \
+	" AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()" \
+	" AND h.shard" EQ "$1 AND h.id OPERATOR(pg_catalog.<) o.id)"
+
 static void
 prepare_read_plans(const char *s)
 {
-	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8OID, BYTEAARRAYOID,
-	INT8ARRAYOID, INT8ARRAYOID};
+	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
-	/* keys by their hash: an array of 10000 long keys would pass 1 GB */
-	const char *holding =
-		" AND NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest($5), pg_catalog.unnest($6))"
-		"   AS h(key_hash, id)"
-		"   WHERE pg_catalog.sha256(o.key)" EQ "h.key_hash AND o.id OPERATOR(pg_catalog.>) h.id)";
-	const char *skipping = " AND o.id OPERATOR(pg_catalog.<>) ALL ($7)";
+	char	   *holding = psprintf(HOLD_SQL, s);
+	const char *skipping = " AND o.id OPERATOR(pg_catalog.<>) ALL ($4)";
 
-	plans.read = prepare(read_sql(s, "", ""), 6, read_args);
-	plans.read_holding = prepare(read_sql(s, holding, ""), 6, read_args);
-	plans.read_skipping = prepare_with(read_sql(s, "", skipping), 7, read_args,
+	plans.read = prepare(read_sql(s, "", ""), 3, read_args);
+	plans.read_holding = prepare(read_sql(s, holding, ""), 3, read_args);
+	plans.read_skipping = prepare_with(read_sql(s, "", skipping), 4, read_args,
 									   CURSOR_OPT_CUSTOM_PLAN);
-	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 7, read_args,
+	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 4, read_args,
 											   CURSOR_OPT_CUSTOM_PLAN);
-	plans.held = prepare(psprintf(
-								  "SELECT pg_catalog.sha256(key), id FROM %s.outbox"
-								  " WHERE shard" EQ "$1 AND key IS NOT NULL"
-								  " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()"
-								  " ORDER BY id LIMIT %d", s, MAX_HELD),
-						 1, shard_arg);
 	plans.held_min = prepare(psprintf(
 									  "SELECT pg_catalog.min(id) FROM %s.outbox"
 									  " WHERE shard" EQ "$1"
@@ -457,7 +446,9 @@ int8_array(int64 *values, int n)
 
 /*
  * Copies the headers (a jsonb object of strings) and frees the detoasted
- * jsonb: the batch keeps only the copies, which the event's size counts.
+ * jsonb: the batch keeps only the copies. The event's size counts them
+ * twice: librdkafka keeps a copy of its own of every header until the
+ * message's report (and of the key; the value it only points to).
  */
 static void
 copy_headers(OutboxEvent *event, Datum datum)
@@ -476,12 +467,12 @@ copy_headers(OutboxEvent *event, Datum datum)
 		if (token == WJB_KEY)
 		{
 			event->header_names[i] = pnstrdup(v.val.string.val, v.val.string.len);
-			event->size += v.val.string.len + 1;
+			event->size += 2 * (v.val.string.len + 1);
 		}
 		else if (token == WJB_VALUE && v.type == jbvString)
 		{
 			event->header_values[i++] = pnstrdup(v.val.string.val, v.val.string.len);
-			event->size += v.val.string.len + 1;
+			event->size += 2 * (v.val.string.len + 1);
 		}
 	}
 	event->nheaders = i;
@@ -542,7 +533,8 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 		event->payload_type = isnull ? 0 : DatumGetChar(value);
 		event->attempts = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
 		event->outcome = EVENT_SKIPPED;
-		event->size += (int64) event->payloadlen + event->keylen + strlen(event->topic) + 1;
+		event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +
+			strlen(event->topic) + 1;
 		bytes += event->size;
 		n++;
 	}
@@ -553,48 +545,21 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 }
 
 /*
- * Reads the keys (their hashes) of events waiting for a retry: later
- * events with those keys must wait behind them. Returns how many keys hold
- * others back; sets *read_below to the id no read may reach while more
- * keys wait than one read can hold back.
+ * Whether any event of the shard waits for its retry: only then must the
+ * read look up each candidate's key. Every read looks (an operator may set
+ * retry times too); with no event waiting, the look is one descent of the
+ * empty partial retry index.
  */
-static int
-read_held(int shard, ArrayType **keys, ArrayType **ids, int64 *read_below)
+static bool
+any_held(int shard)
 {
 	Datum		args[1] = {Int32GetDatum(shard)};
-	Datum	   *key_datums;
-	int64	   *id_values;
 	bool		isnull;
-	int			n;
 
-	*read_below = PG_INT64_MAX;
-	/*
-	 * Every read looks (an operator may set retry times too); with no event
-	 * waiting, the look is one descent of the empty partial retry index.
-	 */
 	if (SPI_execute_plan(plans.held_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events waiting for a retry failed");
 	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return 0;
-
-	if (SPI_execute_plan(plans.held, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "outbox: reading events waiting for a retry failed");
-	n = SPI_processed;
-	key_datums = palloc(sizeof(Datum) * Max(n, 1));
-	id_values = palloc(sizeof(int64) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-
-		key_datums[i] = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
-		id_values[i] = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
-	}
-	if (n == MAX_HELD)
-		*read_below = id_values[n - 1];
-	*keys = construct_array(key_datums, n, BYTEAOID, -1, false, TYPALIGN_INT);
-	*ids = int8_array(id_values, n);
-	return n;
+	return !isnull;
 }
 
 /*
@@ -628,14 +593,12 @@ plan_read_in_id_order(void)
  * leaving out the window's events at or above scan_from, if there are any.
  */
 static int
-execute_read(int shard, int64 scan_from, int limit, int64 read_below, int nheld,
-			 ArrayType *held_keys, ArrayType *held_ids, const int64 *window_ids,
-			 int nwindow)
+execute_read(int shard, int64 scan_from, int limit, bool holding,
+			 const int64 *window_ids, int nwindow)
 {
 	int64	   *skip = palloc(sizeof(int64) * Max(nwindow, 1));
 	int			nskip = 0;
-	Datum		args[7];
-	char		nulls[8] = "       ";
+	Datum		args[4];
 	SPIPlanPtr	plan;
 
 	for (int i = 0; i < nwindow; i++)
@@ -644,18 +607,13 @@ execute_read(int shard, int64 scan_from, int limit, int64 read_below, int nheld,
 	args[0] = Int32GetDatum(shard);
 	args[1] = Int64GetDatum(scan_from);
 	args[2] = Int32GetDatum(limit);
-	args[3] = Int64GetDatum(read_below);
-	args[4] = PointerGetDatum(held_keys);
-	args[5] = PointerGetDatum(held_ids);
-	args[6] = PointerGetDatum(int8_array(skip, nskip));
-	if (nheld == 0)
-		nulls[4] = nulls[5] = 'n';
+	args[3] = PointerGetDatum(int8_array(skip, nskip));
 	plan_read_in_id_order();
 	if (nskip == 0)
-		plan = nheld > 0 ? plans.read_holding : plans.read;
+		plan = holding ? plans.read_holding : plans.read;
 	else
-		plan = nheld > 0 ? plans.read_holding_skipping : plans.read_skipping;
-	return SPI_execute_plan(plan, args, nulls, true, 0);
+		plan = holding ? plans.read_holding_skipping : plans.read_skipping;
+	return SPI_execute_plan(plan, args, NULL, true, 0);
 }
 
 bool
@@ -664,10 +622,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 				  int limit, int64 max_bytes, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
-	ArrayType  *held_keys = NULL;
-	ArrayType  *held_ids = NULL;
-	int64		read_below;
-	int			nheld;
+	bool		holding;
 	int			ret;
 
 	memset(batch, 0, sizeof(*batch));
@@ -679,7 +634,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	}
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
-	nheld = read_held(shard, &held_keys, &held_ids, &read_below);
+	holding = any_held(shard);
 
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
 	/* every commit this snapshot sees ended before this point */
@@ -691,8 +646,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
 		nwindow = 0;
-	ret = execute_read(shard, batch->scan_from, limit, read_below, nheld, held_keys,
-					   held_ids, window_ids, nwindow);
+	ret = execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading a batch failed");
 	copy_events(batch, batch_context, max_bytes);

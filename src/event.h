@@ -40,7 +40,7 @@ typedef struct OutboxEvent
 	char	  **header_values;
 	TimestampTz created_at;
 	int64		size;			/* bytes the worker holds for it: payload, key,
-								 * headers, topic */
+								 * headers, topic, and librdkafka's copies */
 	int			attempts;		/* refusals counted so far */
 	EventOutcome outcome;
 	TimestampTz acked_at;		/* when Kafka acknowledged it (DELIVERED) */

@@ -232,6 +232,7 @@ typedef struct SendRelations
 	Oid			table;
 	Oid			index;
 	Oid			retry_index;
+	Oid			held_index;
 	Oid			sequence;
 	bool		examined;		/* the checks below hold for the locked table */
 	bool		pristine;		/* only its own indexes, no triggers or checks */
@@ -247,6 +248,7 @@ forget_relations(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == relations.table ||
 		relid == relations.index || relid == relations.retry_index ||
+		relid == relations.held_index ||
 		relid == relations.sequence)
 		relations.namespace = InvalidOid;
 }
@@ -265,6 +267,8 @@ find_relations(Oid namespace)
 	relations.table = get_relname_relid("outbox", namespace);
 	relations.index = get_relname_relid("outbox_pkey", namespace);
 	relations.retry_index = get_relname_relid("outbox_retry_idx", namespace);
+	/* from 0.4.0 on */
+	relations.held_index = get_relname_relid("outbox_held_idx", namespace);
 	relations.sequence = get_relname_relid("outbox_id_seq", namespace);
 	if (!OidIsValid(relations.table) || !OidIsValid(relations.index) ||
 		!OidIsValid(relations.sequence))
@@ -340,9 +344,12 @@ static bool
 has_own_indexes_only(Relation rel)
 {
 	List	   *indexes = RelationGetIndexList(rel);
-	bool		own = list_length(indexes) == 2 &&
+	/* the partial ones take no entry for a new row (no retry time) */
+	bool		own = list_length(indexes) == 2 + OidIsValid(relations.held_index) &&
 		list_member_oid(indexes, relations.index) &&
-		list_member_oid(indexes, relations.retry_index);
+		list_member_oid(indexes, relations.retry_index) &&
+		(!OidIsValid(relations.held_index) ||
+		 list_member_oid(indexes, relations.held_index));
 
 	list_free(indexes);
 	return own;
