@@ -164,12 +164,14 @@ read_sql(const char *s, const char *hold, const char *skip)
 /*
  * A keyed event waits behind an earlier one of its key that waits for its
  * retry; each candidate's key is looked up in the hash index of waiting
- * keys (outbox_held_idx), whatever its length and however many wait.
+ * keys (outbox_held_idx), whatever its length and however many wait. The
+ * OFFSETs keep it that: a lookup per candidate by key alone (not a walk of
+ * the retry index by id, nor an anti-join that sorts the whole backlog).
  */
-#define HOLD_SQL " AND NOT EXISTS (SELECT FROM %s.outbox h" \
+#define HOLD_SQL " AND NOT EXISTS (SELECT FROM (SELECT h.shard, h.id FROM %s.outbox h" \
 	" WHERE h.key" EQ "o.key AND h.next_attempt_at IS NOT NULL" \
-	" AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()" \
-	" AND h.shard" EQ "$1 AND h.id OPERATOR(pg_catalog.<) o.id)"
+	" AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now() OFFSET 0) w" \
+	" WHERE w.shard" EQ "$1 AND w.id OPERATOR(pg_catalog.<) o.id OFFSET 0)"
 
 static void
 prepare_read_plans(const char *s)

@@ -809,8 +809,15 @@ handle_interrupts(WorkerState *st)
 {
 	CHECK_FOR_INTERRUPTS();
 	if (stopping() && st->stop_deadline == 0)
-		st->stop_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														outbox_shutdown_timeout_ms);
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		st->stop_deadline = TimestampTzPlusMilliseconds(now, outbox_shutdown_timeout_ms);
+		/* a back-off from before the stop: try again soon, within the deadline */
+		if (backing_off(st))
+			st->backoff_until = Min(st->backoff_until,
+									TimestampTzPlusMilliseconds(now, STOPPING_BACKOFF_MS));
+	}
 	if (stopping() && GetCurrentTimestamp() >= st->stop_deadline)
 		st->gave_up = true;
 	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
