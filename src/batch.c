@@ -44,6 +44,7 @@ typedef struct Plans
 	SPIPlanPtr	read_skipping;	/* the same two, without what the window holds */
 	SPIPlanPtr	read_holding_skipping;
 	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
+	SPIPlanPtr	due_keyed_min;	/* the lowest keyed retry now due, not in flight */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_by_id;
 	SPIPlanPtr	record_failures;
@@ -106,6 +107,7 @@ forget_plans(void)
 	free_plan(&plans.read_skipping);
 	free_plan(&plans.read_holding_skipping);
 	free_plan(&plans.held_min);
+	free_plan(&plans.due_keyed_min);
 	free_plan(&plans.delete);
 	free_plan(&plans.delete_by_id);
 	free_plan(&plans.record_failures);
@@ -178,6 +180,7 @@ prepare_read_plans(const char *s)
 {
 	Oid			read_args[] = {INT4OID, INT8OID, INT4OID, INT8ARRAYOID};
 	Oid			shard_arg[] = {INT4OID};
+	Oid			due_args[] = {INT4OID, INT8ARRAYOID};
 	char	   *holding = psprintf(HOLD_SQL, s);
 	const char *skipping = " AND o.id OPERATOR(pg_catalog.<>) ALL ($4)";
 
@@ -187,6 +190,13 @@ prepare_read_plans(const char *s)
 									   CURSOR_OPT_CUSTOM_PLAN);
 	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 4, read_args,
 											   CURSOR_OPT_CUSTOM_PLAN);
+	plans.due_keyed_min = prepare(psprintf(
+										   "SELECT pg_catalog.min(id) FROM %s.outbox"
+										   " WHERE shard" EQ "$1 AND key IS NOT NULL"
+										   " AND next_attempt_at IS NOT NULL"
+										   " AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+										   " AND id OPERATOR(pg_catalog.<>) ALL ($2)", s),
+								  2, due_args);
 	plans.held_min = prepare(psprintf(
 									  "SELECT pg_catalog.min(id) FROM %s.outbox"
 									  " WHERE shard" EQ "$1"
@@ -591,6 +601,27 @@ plan_read_in_id_order(void)
 }
 
 /*
+ * While a keyed event waits for its retry, reads pass over the later
+ * events of its key (held back) and the cursor moves on past them; once
+ * the retry is due, the read starts again at it, so that it and then the
+ * events it held are read in id order. Returns PG_INT64_MAX if none is due
+ * (the window's events, in flight, do not count).
+ */
+static int64
+due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
+{
+	Datum		args[2] = {Int32GetDatum(shard),
+	PointerGetDatum(int8_array((int64 *) window_ids, nwindow))};
+	bool		isnull;
+	Datum		min_id;
+
+	if (SPI_execute_plan(plans.due_keyed_min, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: reading events due for a retry failed");
+	min_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? PG_INT64_MAX : DatumGetInt64(min_id);
+}
+
+/*
  * Runs the read in the variant it needs: holding keys back or not, and
  * leaving out the window's events at or above scan_from, if there are any.
  */
@@ -641,7 +672,8 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
-	batch->scan_from = Min(cursor, batch->floor);
+	batch->scan_from = Min(Min(cursor, batch->floor),
+						   due_keyed_retry(shard, window_ids, nwindow));
 	if (batch->rewind_generation != rewind_generation ||
 		cursor_extension != plans_extension_oid)
 		batch->scan_from = 0;

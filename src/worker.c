@@ -382,17 +382,21 @@ log_refusals(OutboxEvent **events, int n)
 }
 
 /*
- * The lowest id of a settled list that stays in the outbox untouched, to
- * be read again in order. A failure is not: it now has a retry time, and
- * the read finds it through the retry index when it is due.
+ * The lowest id of a settled list the next read must start at or below:
+ * an event left in the outbox untouched, to be read again in order, or a
+ * keyed failure (once: the read then passes over what it holds back, and
+ * starts there again when its retry is due; if it became a dead letter,
+ * what it held back is read at once). A keyless failure needs neither: the
+ * read finds it through the retry index when it is due.
  */
 static int64
-lowest_left_untouched(OutboxEvent **events, int n)
+lowest_to_read_again(OutboxEvent **events, int n)
 {
 	int64		lowest = PG_INT64_MAX;
 
 	for (int i = 0; i < n; i++)
-		if (events[i]->outcome != EVENT_DELIVERED && !outbox_event_failed(events[i]))
+		if (events[i]->outcome != EVENT_DELIVERED &&
+			!(outbox_event_failed(events[i]) && events[i]->key_isnull))
 			lowest = Min(lowest, events[i]->id);
 	return lowest;
 }
@@ -449,7 +453,7 @@ settle(WorkerState *st)
 		ereport(LOG,
 				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
 						worker_name)));
-	st->cursor = Min(st->cursor, lowest_left_untouched(events, n));
+	st->cursor = Min(st->cursor, lowest_to_read_again(events, n));
 	if (any_delivered(events, n))
 		st->kafka_failures = 0;
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
@@ -507,8 +511,9 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
  * The next read starts at the lowest id that may still be in the outbox
  * for us: one of this read not produced, one an open transaction may
  * still commit, or the first id not read. (Events in flight count as
- * delivered: if one is not, the settle moves the cursor back to it. Those
- * waiting for a retry need no cursor: the read finds them when due.)
+ * delivered: if one is not, the settle moves the cursor back to it. An
+ * event waiting for its retry brings the read back to it when due: see
+ * due_keyed_retry() in batch.c.)
  */
 static int64
 next_cursor(OutboxBatch *batch)
