@@ -199,8 +199,8 @@ diag(sprintf('FIGURES reindex: reindexes=4 took_s=%s send_errors=%d committed=%d
 	join('/', @took), scalar @$errors, committed_count(11, 13), $sent_after));
 diag("first load error: $errors->[0]") if @$errors;
 is(scalar @$errors, 0, '(b) no outbox_send() failed during REINDEX CONCURRENTLY');
-is(sql(q{SELECT count(*) FROM pg_index WHERE indrelid = 'outbox'::regclass AND indisvalid}), '2',
-	'(b) the outbox has its two valid indexes again');
+is(sql(q{SELECT count(*) FROM pg_index WHERE indrelid = 'outbox'::regclass AND indisvalid}), '3',
+	'(b) the outbox has its three valid indexes again');
 is(index_check('outbox_pkey'), '', '(b) bt_index_check(outbox_pkey, true) passes');
 $broker->command('rtt all 0');
 ok(wait_for_empty($node, 90), '(b) the outbox drains');
