@@ -44,7 +44,8 @@ typedef struct Plans
 	SPIPlanPtr	read_skipping;	/* the same two, without what the window holds */
 	SPIPlanPtr	read_holding_skipping;
 	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
-	SPIPlanPtr	due_keyed_min;	/* the lowest keyed retry now due, not in flight */
+	SPIPlanPtr	any_due_keyed;	/* the lowest keyed retry now due */
+	SPIPlanPtr	due_keyed_min;	/* the same, not in flight */
 	SPIPlanPtr	delete;
 	SPIPlanPtr	delete_by_id;
 	SPIPlanPtr	record_failures;
@@ -107,6 +108,7 @@ forget_plans(void)
 	free_plan(&plans.read_skipping);
 	free_plan(&plans.read_holding_skipping);
 	free_plan(&plans.held_min);
+	free_plan(&plans.any_due_keyed);
 	free_plan(&plans.due_keyed_min);
 	free_plan(&plans.delete);
 	free_plan(&plans.delete_by_id);
@@ -190,6 +192,12 @@ prepare_read_plans(const char *s)
 									   CURSOR_OPT_CUSTOM_PLAN);
 	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 4, read_args,
 											   CURSOR_OPT_CUSTOM_PLAN);
+	plans.any_due_keyed = prepare(psprintf(
+										   "SELECT pg_catalog.min(id) FROM %s.outbox"
+										   " WHERE shard" EQ "$1 AND key IS NOT NULL"
+										   " AND next_attempt_at IS NOT NULL"
+										   " AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()", s),
+								  1, due_args);
 	plans.due_keyed_min = prepare(psprintf(
 										   "SELECT pg_catalog.min(id) FROM %s.outbox"
 										   " WHERE shard" EQ "$1 AND key IS NOT NULL"
@@ -610,11 +618,17 @@ plan_read_in_id_order(void)
 static int64
 due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 {
-	Datum		args[2] = {Int32GetDatum(shard),
-	PointerGetDatum(int8_array((int64 *) window_ids, nwindow))};
+	Datum		args[2] = {Int32GetDatum(shard), (Datum) 0};
 	bool		isnull;
 	Datum		min_id;
 
+	/* usually no retry at all: one descent of the empty retry index */
+	if (SPI_execute_plan(plans.any_due_keyed, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: reading events due for a retry failed");
+	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return PG_INT64_MAX;
+	args[1] = PointerGetDatum(int8_array((int64 *) window_ids, nwindow));
 	if (SPI_execute_plan(plans.due_keyed_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events due for a retry failed");
 	min_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
