@@ -177,6 +177,11 @@ read_sql(const char *s, const char *hold, const char *skip)
 	" AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now() OFFSET 0) w" \
 	" WHERE w.shard" EQ "$1 AND w.id OPERATOR(pg_catalog.<) o.id OFFSET 0)"
 
+/* The lowest keyed retry of a shard now due, the window's ids left out or not. */
+#define DUE_KEYED_SQL "SELECT pg_catalog.min(id) FROM %s.outbox" \
+	" WHERE shard" EQ "$1 AND key IS NOT NULL AND next_attempt_at IS NOT NULL" \
+	" AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()%s"
+
 static void
 prepare_read_plans(const char *s)
 {
@@ -192,18 +197,9 @@ prepare_read_plans(const char *s)
 									   CURSOR_OPT_CUSTOM_PLAN);
 	plans.read_holding_skipping = prepare_with(read_sql(s, holding, skipping), 4, read_args,
 											   CURSOR_OPT_CUSTOM_PLAN);
-	plans.any_due_keyed = prepare(psprintf(
-										   "SELECT pg_catalog.min(id) FROM %s.outbox"
-										   " WHERE shard" EQ "$1 AND key IS NOT NULL"
-										   " AND next_attempt_at IS NOT NULL"
-										   " AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()", s),
-								  1, due_args);
-	plans.due_keyed_min = prepare(psprintf(
-										   "SELECT pg_catalog.min(id) FROM %s.outbox"
-										   " WHERE shard" EQ "$1 AND key IS NOT NULL"
-										   " AND next_attempt_at IS NOT NULL"
-										   " AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
-										   " AND id OPERATOR(pg_catalog.<>) ALL ($2)", s),
+	plans.any_due_keyed = prepare(psprintf(DUE_KEYED_SQL, s, ""), 1, due_args);
+	plans.due_keyed_min = prepare(psprintf(DUE_KEYED_SQL, s,
+										   " AND id OPERATOR(pg_catalog.<>) ALL ($2)"),
 								  2, due_args);
 	plans.held_min = prepare(psprintf(
 									  "SELECT pg_catalog.min(id) FROM %s.outbox"
