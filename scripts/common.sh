@@ -9,6 +9,11 @@ PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 librdkafka-dev
 libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl
 postgresql-15-repack"
 
+# Downloads live outside the tree, so a second run is offline: the real
+# Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.
+CACHE=${OUTBOX_CACHE:-/var/cache/pg_outbox}
+export OUTBOX_KAFKA_LIBS=$CACHE/kafka/libs
+
 log() { printf '\n== %s\n' "$*"; }
 
 # Installing packages and running as another user need root: a user with
@@ -26,6 +31,9 @@ ensure_packages() {
   # Debian's nodejs and npm, unless a node with its npm is there already
   # (NodeSource's nodejs bundles npm and conflicts with Debian's)
   command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+  # Java and Maven for the real Kafka cluster (tools/kafka)
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     [ "$(id -u)" -eq 0 ] || { echo "run as root to install packages" >&2; exit 1; }
@@ -40,6 +48,22 @@ build_and_install() {
   log "building and installing the extension"
   make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null
   make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 install >/dev/null
+}
+
+# The jars tools/kafka/pom.xml pins, fetched again only when it changed.
+ensure_kafka_jars() {
+  local stamp=$OUTBOX_KAFKA_LIBS/.pom.sha256 sum build=$CACHE/kafka/build
+  sum=$(sha256sum "$ROOT/tools/kafka/pom.xml" | cut -d' ' -f1)
+  [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ] && return 0
+  log "fetching Kafka's jars (tools/kafka/pom.xml) into $OUTBOX_KAFKA_LIBS"
+  rm -rf "$OUTBOX_KAFKA_LIBS" "$build"
+  mkdir -p "$build"
+  cp "$ROOT/tools/kafka/pom.xml" "$build/"
+  mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+    -Dlibs.dir="$OUTBOX_KAFKA_LIBS" package
+  rm -rf "$build"
+  echo "$sum" > "$stamp"
+  chmod -R a+rX "$CACHE"
 }
 
 # A temporary directory owned by the unprivileged user, removed on exit

@@ -1,5 +1,6 @@
 # OutboxTest: what the TAP tests share. Starts the project's Kafka-protocol
-# broker (tools/outbox-broker) and a PostgreSQL node with the extension
+# broker (tools/outbox-broker) or, for the real-Kafka tier, a real Kafka
+# cluster (t/KafkaCluster.pm), and a PostgreSQL node with the extension
 # preloaded, generates load whose committed part is recorded in a business
 # table, reads back what reached Kafka with kcat (a real Kafka client), and
 # compares the two.
@@ -10,15 +11,16 @@ use warnings;
 
 use Cwd qw(abs_path);
 use Exporter qw(import);
-use File::Basename qw(dirname);
+use File::Basename qw(basename dirname);
 use IPC::Run;
 use JSON::PP ();
+use KafkaCluster ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 
-our @EXPORT = qw(start_broker new_outbox_node start_load wait_load
+our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_load
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
@@ -36,9 +38,15 @@ our $TEST_KAFKA_CONFIG = 'message.timeout.ms=5000,socket.timeout.ms=3000';
 my @brokers;
 END { local $?; $_->stop for @brokers; }
 
+# With OUTBOX_TEST_KAFKA=real (scripts/test.sh's real-Kafka tier) a test
+# written for the project's broker runs against a real cluster instead:
+# its topics are created up front there (nothing is auto-created), and the
+# broker's fault commands do not exist.
 sub start_broker
 {
 	my (%opts) = @_;
+	return start_real_kafka(topics => $opts{topics})
+	  if ($ENV{OUTBOX_TEST_KAFKA} // '') eq 'real';
 	my @cmd = ("$root/tools/outbox-broker", '--brokers', $opts{brokers} // 3,
 		map { ('--topic', $_) } @{ $opts{topics} // [] });
 	my ($in, $out, $err) = ('', '', '');
@@ -52,6 +60,26 @@ sub start_broker
 	note "broker at $self->{bootstrap}";
 	push @brokers, $self;
 	return $self;
+}
+
+# A real three-broker Kafka cluster (t/KafkaCluster.pm, whose options it
+# takes) in the test's tmp_check, with topics => ['name:partitions', ...]
+# created, replication factor 3. Stopped when the test ends.
+my $clusters = 0;
+sub start_real_kafka
+{
+	my (%opts) = @_;
+	my $topics = delete $opts{topics} // [];
+	my $dir = sprintf('%s/kafka_%s_%d_%d', $PostgreSQL::Test::Utils::tmp_check,
+		basename($0, '.pl'), $$, ++$clusters);
+	my $cluster = KafkaCluster::start_kafka_cluster(%opts, dir => $dir);
+	note(sprintf('Kafka cluster at %s, up in %.1f s', $cluster->bootstrap, $cluster->startup_s));
+	for (@$topics)
+	{
+		my ($topic, $partitions) = split /:/;
+		$cluster->create_topic($topic, partitions => $partitions // 1);
+	}
+	return $cluster;
 }
 
 package OutboxTest::Broker;
