@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: pg_regress (SQL contract, bad input) and the TAP tests
-# (real server, real workers, the project's Kafka-protocol broker, kcat).
+# Runs every test: pg_regress (SQL contract, bad input), the TAP tests on
+# the project's broker (librdkafka's mock cluster: injected faults), the
+# real-Kafka tier (a three-broker Apache Kafka cluster, t/KafkaCluster.pm)
+# and PostgreSQL's own suites with and without the extension.
 # Works as root on a fresh Debian 12: installs what it needs first.
-# Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all, then
-# PostgreSQL's own suites with and without the extension, scripts/pg_suites.sh)
+# Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all; a named
+#          t/1NN test runs on a real cluster; OUTBOX_TEST_KAFKA=real runs
+#          any other named one there too)
 #        bash scripts/test.sh --pg-suites-only
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -18,7 +21,11 @@ if [ ! "$ROOT/tools/js/node_modules/.package-lock.json" -nt "$ROOT/tools/js/pack
   log "installing tools/js's packages (npm ci)"
   (cd "$ROOT/tools/js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
+ensure_kafka_jars
 make_workdir
+# a test killed hard cannot stop its brokers: whatever still runs from the
+# copy of the tree is stopped with it
+cleanup_push "pkill -KILL -u $RUN_USER -f '$WORK/tree' || true"
 
 # PostgreSQL refuses root: run the suites as $RUN_USER on a copy it owns.
 log "copying the tree to $WORK"
@@ -26,15 +33,12 @@ cp -a "$ROOT/." "$WORK/tree"
 chown -R "$RUN_USER" "$WORK/tree"
 cd "$WORK/tree"
 
-prove_tests=""
-[ $# -gt 0 ] && prove_tests="PROVE_TESTS=$*"
+# The real-Kafka tier: the t/1NN tests, which need a real cluster, and
+# again on one the tests of the contract that need no injected fault.
+REAL_AGAIN="t/001_delivery.pl t/012_reload.pl t/013_standby.pl t/033_durability.pl"
+REAL_AGAIN+=" t/070_conventions.pl t/071_capture.pl"
 
-status=0
-log "running the tests"
-as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck \
-  PROVE_FLAGS="--timer --verbose" $prove_tests || status=$?
-
-if [ $status -ne 0 ]; then
+report_failure() {
   [ -f regression.diffs ] && { log "regression.diffs"; cat regression.diffs; }
   for f in tmp_check/log/regress_log_*; do
     [ -f "$f" ] || continue
@@ -45,7 +49,23 @@ if [ $status -ne 0 ]; then
     log "$f (outbox lines)"; grep -E "outbox|ERROR|FATAL|PANIC" "$f" | tail -n 40 || true
   done
   echo "TESTS FAILED"
-  exit $status
+  exit 1
+}
+
+# run_tap LABEL KAFKA TESTS [no-regress]: the TAP tests TESTS with
+# OUTBOX_TEST_KAFKA=KAFKA, and pg_regress first unless told no-regress
+run_tap() {
+  log "running $1"
+  as_user env OUTBOX_TEST_KAFKA="$2" make -s PG_CONFIG=$PG_BIN/pg_config installcheck \
+    PROVE_FLAGS="--timer --verbose" PROVE_TESTS="$3" ${4+REGRESS=} || report_failure
+}
+
+if [ $# -gt 0 ]; then
+  run_tap "the tests named" "${OUTBOX_TEST_KAFKA:-}" "$*"
+  echo "ALL TESTS PASSED"
+  exit 0
 fi
-[ $# -gt 0 ] || bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
+run_tap "pg_regress and the TAP tests on the project's broker" "" "$(echo t/0*.pl)"
+run_tap "the TAP tests on a real Kafka cluster" real "$(echo t/1*.pl) $REAL_AGAIN" no-regress
+bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
 echo "ALL TESTS PASSED"

@@ -45,6 +45,9 @@ typedef struct OutboxEvent
 	EventOutcome outcome;
 	TimestampTz acked_at;		/* when Kafka acknowledged it (DELIVERED) */
 	const char *error;			/* set with a FAILED outcome */
+	bool		alone;			/* produced with nothing else in flight */
+	bool		batch_too_large;	/* Kafka refused its batch for size, and
+									 * it was not alone: see solo.c */
 	bool		settled;		/* its row was deleted or updated (window.c) */
 } OutboxEvent;
 

@@ -91,7 +91,9 @@ struct OutboxProducer
 };
 
 /*
- * Errors after which Kafka will accept the same event later. A topic Kafka
+ * Errors after which Kafka will accept the same event later. Among them
+ * the idempotent producer's gap-less failure: the events in flight beside
+ * one Kafka refused fail with it, through no fault of their own. A topic Kafka
  * does not know is not among them: a typo'd topic would otherwise hold its
  * key forever; counted as an attempt, it becomes a dead letter after
  * outbox.max_attempts, and outbox_dead_letter_retry() sends it once the
@@ -109,6 +111,7 @@ is_retriable(rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
 		case RD_KAFKA_RESP_ERR__RESOLVE:
 		case RD_KAFKA_RESP_ERR__FATAL:
+		case RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE:
 		case RD_KAFKA_RESP_ERR__QUEUE_FULL:
 		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
 		case RD_KAFKA_RESP_ERR__NODE_UPDATE:
@@ -138,6 +141,14 @@ is_retriable(rd_kafka_resp_err_t err)
 	}
 }
 
+/* Kafka's size limits apply to the record batch (see solo.c). */
+static bool
+is_size_refusal(rd_kafka_resp_err_t err)
+{
+	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+		err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+}
+
 static void
 record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 {
@@ -149,6 +160,11 @@ record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 	/* the worker purged it: Kafka may have it or not, it is read again */
 	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
 		event->outcome = EVENT_NOT_SENT;
+	else if (is_size_refusal(err) && !event->alone)
+	{
+		event->outcome = EVENT_FAILED_RETRIABLE;
+		event->batch_too_large = true;
+	}
 	else
 		event->outcome = is_retriable(err) ? EVENT_FAILED_RETRIABLE : EVENT_FAILED_PERMANENT;
 	/* librdkafka's descriptions are static strings */

@@ -32,6 +32,7 @@
 #include "session.h"
 #include "settings.h"
 #include "shmem.h"
+#include "solo.h"
 #include "stats.h"
 #include "window.h"
 
@@ -88,6 +89,8 @@ typedef struct WorkerState
 	TimestampTz drain_deadline; /* stopping or rebuilding: last wait for reports */
 	TimestampTz stop_deadline;	/* stopping: exit by then whatever is held */
 	bool		read_wanted;	/* a commit woke us, or a read stopped at a limit */
+	bool		solo_pending;	/* an event goes alone: read nothing more
+								 * until the window is empty (solo.c) */
 	TimestampTz next_read_at;	/* read then even if no commit wakes us */
 	int			pass_failures;	/* passes in a row that raised an error */
 	int			kafka_failures; /* drains in a row Kafka took nothing of */
@@ -446,6 +449,9 @@ settle(WorkerState *st)
 	if (n == 0)
 		return;
 	outbox_stats_settled(events, n);
+	for (int i = 0; i < n; i++)
+		if (events[i]->batch_too_large)
+			outbox_solo_remember(events[i]->id);
 	if (final)
 		unavailable = kafka_unavailable(st, events, n);
 	log_refusals(events, n);
@@ -472,6 +478,43 @@ settle(WorkerState *st)
 	}
 }
 
+/*
+ * Whether the read stops before event: at one to send alone, produced once
+ * nothing else is in flight, after which the read stops too. What is left
+ * of the read is read again.
+ */
+static bool
+stops_for_solo(WorkerState *st, OutboxEvent *event)
+{
+	if (!outbox_solo_take(event->id))
+		return false;
+	st->solo_pending = true;
+	st->read_wanted = true;
+	if (outbox_window_in_flight(st->window) > 0)
+	{
+		outbox_solo_remember(event->id);
+		return true;
+	}
+	event->alone = true;
+	return false;
+}
+
+/*
+ * An event to send alone waits for the window, or is in flight alone. The
+ * next read waits for its settle too: a read that finds it still in the
+ * table would have nothing new, and wait for the poll interval.
+ */
+static bool
+waiting_for_solo(WorkerState *st)
+{
+	TimestampTz since;
+
+	if (st->solo_pending && outbox_window_in_flight(st->window) == 0 &&
+		outbox_window_unsettled(st->window, &since) == 0)
+		st->solo_pending = false;
+	return st->solo_pending;
+}
+
 /* Produces a read in id order; a key refused at once holds its rest. */
 static void
 produce_batch(WorkerState *st, OutboxBatch *batch)
@@ -495,6 +538,8 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		}
 		if (held)
 			continue;
+		if (stops_for_solo(st, event))
+			break;
 
 		outbox_message_build(event, outbox_instance_id(), &record);
 		if (outbox_producer_produce(st->producer, event, &record))
@@ -504,6 +549,8 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 			refused[nrefused++] = i;
 			outbox_window_refused(st->window, event);
 		}
+		if (event->alone)
+			break;
 	}
 }
 
@@ -734,7 +781,9 @@ deliver(WorkerState *st)
 					(errmsg("%s: adopted %d event(s) of removed shards", worker_name, adopted)));
 		st->adopted_orphans = true;
 	}
-	if (st->read_wanted || GetCurrentTimestamp() >= st->next_read_at)
+	/* (a report wakes the worker when a solo event may go) */
+	if ((st->read_wanted || GetCurrentTimestamp() >= st->next_read_at) &&
+		!waiting_for_solo(st))
 	{
 		if (may_read(st))
 			read_and_produce(st);
@@ -873,7 +922,8 @@ idle_ms(WorkerState *st)
 		ms = Min(ms, ms_until(st->stop_deadline));
 	if (!backing_off(st))
 	{
-		if (!st->rewinding && !draining(st) && outbox_window_room(st->window, &bytes) > 0)
+		if (!st->rewinding && !draining(st) && !waiting_for_solo(st) &&
+			outbox_window_room(st->window, &bytes) > 0)
 			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
 		if (outbox_window_unsettled(st->window, &since) > 0 && !st->rewinding && !draining(st))
 			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));

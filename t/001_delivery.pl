@@ -44,6 +44,14 @@ is($r->{duplicates}, 0, 'no duplicates without faults');
 # Keyed messages sit where the Java client would put them.
 my $misplaced = grep { $_->{partition} != kafka_partition($_->{key}, $partitions) } @$received;
 is($misplaced, 0, 'every key is on the partition Kafka\'s murmur2 partitioner chooses');
+# On a real cluster, ask the Java client itself.
+if ($broker->can('java_partitions'))
+{
+	my %keys = map { $_->{key} => $_->{partition} } @$received;
+	my $java = $broker->java_partitions($partitions, sort keys %keys);
+	my @differ = grep { ($java->{$_} // -1) != $keys{$_} } sort keys %keys;
+	is("@differ", '', 'every key is on the partition the Java client picks for it');
+}
 
 # Every message carries its event id; ids are unique.
 my %ids = map { $_->{id} => 1 } grep { defined $_->{id} } @$received;

@@ -65,18 +65,10 @@ ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox', 120),
 my $elapsed = time - $t0;
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letters');
 
-my $messages = consume($broker, 'win');
-my (%seen, %last_seq, %out_of_order);
-my $duplicates = 0;
-for my $m (@$messages)
-{
-	my ($key, $seq) = split /:/, $m->{value};
-	if ($seen{ $m->{value} }++) { $duplicates++; next; }
-	$out_of_order{$key}++ if defined $last_seq{$key} && $seq < $last_seq{$key};
-	$last_seq{$key} = $seq;
-}
-is(scalar(keys %seen), $events, "all $events events are in Kafka");
-is(join(',', sort keys %out_of_order), '', 'per key, first copies are in commit order');
+my $copies = first_copies(consume($broker, 'win'));
+is($copies->{distinct}, $events, "all $events events are in Kafka");
+is($copies->{out_of_order}, '', 'per key, first copies are in commit order');
+my $duplicates = $copies->{duplicates};
 cmp_ok($duplicates, '<=', $window, 'duplicates are at most one window');
 diag(sprintf('FIGURES window_failure: events=%d window=%d pending_at_failure=%d duplicates=%d drained_s=%.1f',
 		$events, $window, $pending_at_failure, $duplicates, $elapsed));

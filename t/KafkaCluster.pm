@@ -504,6 +504,26 @@ sub allow
 		'--add', '--allow-principal', $principal, '--operation', $operation, '--topic', $topic);
 }
 
+# Where the Java client puts each of @keys in a topic of $partitions
+# partitions: its console producer (default partitioner) writes them to a
+# fresh topic, kcat reads back. {key => partition}
+sub java_partitions
+{
+	my ($self, $partitions, @keys) = @_;
+	my $topic = 'java_partitions_' . ++$self->{probes};
+	$self->create_topic($topic, partitions => $partitions);
+	my ($in, $out, $err) = (join('', map { "$_\t$_\n" } @keys), '', '');
+	IPC::Run::run([ 'java', @TOOL_JVM, '-Dlog4j2.level=error', '-cp', "$LIBS/*",
+		'org.apache.kafka.tools.ConsoleProducer', '--bootstrap-server', $self->bootstrap,
+		'--topic', $topic, '--property', 'parse.key=true', '--property', "key.separator=\t" ],
+		'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "ConsoleProducer failed: $err";
+	IPC::Run::run([ 'kcat', '-C', '-b', $self->bootstrap, '-t', $topic, '-e', '-q', '-f', "%k\t%p\n" ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat failed: $err";
+	return { map { split /\t/ } split /\n/, $out };
+}
+
 # The broker's own log lines matching $re, all three nodes.
 sub log_lines
 {

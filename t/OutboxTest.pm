@@ -24,7 +24,7 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
-  consume_js wait_in_flight);
+  consume_js wait_in_flight fault_under_load first_copies);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -436,6 +436,46 @@ sub kafka_partition
 	$h = $mul->($h, $m);
 	$h ^= $h >> 15;
 	return ($h & 0x7fffffff) % $partitions;
+}
+
+# Of messages whose values are "key:seq": how many distinct, how many
+# duplicates, and the keys whose first copies are out of seq order.
+sub first_copies
+{
+	my ($messages) = @_;
+	my (%seen, %last_seq, %out_of_order);
+	my $duplicates = 0;
+	for my $m (@$messages)
+	{
+		my ($key, $seq) = split /:/, $m->{value};
+		if ($seen{ $m->{value} }++) { $duplicates++; next; }
+		$out_of_order{$key}++ if defined $last_seq{$key} && $seq < $last_seq{$key};
+		$last_seq{$key} = $seq;
+	}
+	return { distinct => scalar keys %seen, duplicates => $duplicates,
+		out_of_order => join(',', sort keys %out_of_order) };
+}
+
+# A fault test's frame: load of 3 sessions from $o{first} into $o{topic}
+# ($o{per_session} events each), $o{fault}->() once delivery flows (it
+# returns its figures), then the check of what arrived, with duplicates
+# bounded by $o{bound}.
+sub fault_under_load
+{
+	my ($node, $kafka, $label, %o) = @_;
+	my $load = start_load($node, sessions => 3, per_session => $o{per_session} // 400,
+		keys => 5, topic => $o{topic}, first_session => $o{first}, sleep => 0.02);
+	ok(wait_until(60, sub { @{ consume($kafka, $o{topic}) } >= 50 }),
+		"$label: delivery flows before the fault");
+	my $figures = $o{fault}->();
+	wait_load($load);
+	my $started = Time::HiRes::time();
+	ok(wait_for_empty($node), "$label: the outbox drains");
+	my $r = check_delivery($label, committed_of($node, $o{first}, $o{first} + 2),
+		consume($kafka, $o{topic}));
+	cmp_ok($r->{duplicates}, '<=', $o{bound}, "$label: duplicates within $o{bound}");
+	diag(sprintf('FIGURES %s: %s drained_after_load_s=%.1f duplicates=%d',
+			$label, $figures, Time::HiRes::time() - $started, $r->{duplicates}));
 }
 
 # Compares what was committed with what Kafka holds, prints the figures and
