@@ -47,6 +47,10 @@ use Getopt::Long qw(GetOptions);
 use IO::Handle;
 use KafkaCluster;
 
+# Kafka would run as root, but its files (and the JVMs) belong to the
+# user the tests, the demo and the benchmark run as.
+die "cluster.pl: run it as an unprivileged user (scripts/demo.sh uses runuser)\n" if $> == 0;
+
 my ($dir, @topics, $bootstrap_file);
 GetOptions('dir=s' => \$dir, 'topic=s' => \@topics, 'bootstrap-file=s' => \$bootstrap_file)
   or die "usage: $0 [--dir DIR] [--topic NAME:PARTITIONS]... [--bootstrap-file PATH]\n";
