@@ -53,12 +53,6 @@ sub start_real_kafka
 	# nothing is created on first use there: the latency part's sampler
 	$c->create_topic('ack_latency', partitions => 1);
 	$self->{broker} = $c;
-	# The brokers' JVMs interpret before they compile: in the first full
-	# run every part's first round was up to 3x slower than the next two.
-	# Some traffic first, not counted anywhere.
-	my $t0 = Time::HiRes::time();
-	$self->produce('-t', TOPIC, '-n', 1000000, '-s', $self->{payload}, '-k', 1000);
-	$self->say(sprintf('brokers warmed up with 1M messages in %.1f s', Time::HiRes::time() - $t0));
 }
 
 sub bootstrap { return $_[0]{broker}->bootstrap; }
