@@ -1,22 +1,69 @@
 #!/usr/bin/env bash
 # The demo, end to end: a throwaway PostgreSQL 15 with the extension
-# preloaded, the project's local Kafka-protocol broker, a few transactions
-# (committed, rolled back, from a trigger), and what a Kafka consumer (kcat)
-# reads back, envelopes decoded with protoc and proto/outbox.proto.
+# preloaded, a Kafka cluster, a few transactions (committed, rolled back,
+# from a trigger), and what a Kafka consumer (kcat) reads back, envelopes
+# decoded with protoc and proto/outbox.proto.
 # Works as root on a fresh Debian 12: installs what it needs first.
+#
+# Usage: bash scripts/demo.sh [--kafka mock|real]   (or OUTBOX_DEMO_KAFKA)
+#   mock (default, a few seconds): the project's Kafka-protocol broker,
+#        librdkafka's mock cluster in one process (tools/outbox-broker)
+#   real: Apache Kafka 4.4, three KRaft brokers on loopback, replication
+#        factor 3, min.insync.replicas 2 (tools/kafka/cluster.pl); its jars
+#        are fetched once with Maven into /var/cache/pg_outbox
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
+KAFKA=${OUTBOX_DEMO_KAFKA:-mock}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kafka) KAFKA=${2:-}; shift 2 || shift ;;
+    --kafka=*) KAFKA=${1#--kafka=}; shift ;;
+    *) echo "usage: bash scripts/demo.sh [--kafka mock|real]" >&2; exit 2 ;;
+  esac
+done
+case "$KAFKA" in mock|real) ;; *) echo "--kafka: mock or real, not '$KAFKA'" >&2; exit 2 ;; esac
+
 ensure_packages
+[ "$KAFKA" = real ] && ensure_kafka_jars
 build_and_install
 make_workdir
 
-log "starting the local Kafka-protocol broker (3 brokers)"
-"$ROOT/tools/outbox-broker" --brokers 3 --topic orders:3 --topic payments:3 \
-  --topic latency:1 --bootstrap-file "$WORK/bootstrap" </dev/null >"$WORK/broker.log" 2>&1 &
-broker_pid=$!
-cleanup_push "kill $broker_pid"
-for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
+# The project's broker: stops on SIGTERM.
+start_mock_kafka() {
+  log "starting the local Kafka-protocol broker (3 brokers)"
+  "$ROOT/tools/outbox-broker" --brokers 3 --topic orders:3 --topic payments:3 \
+    --topic latency:1 --bootstrap-file "$WORK/bootstrap" </dev/null >"$WORK/broker.log" 2>&1 &
+  cleanup_push "kill $!"
+}
+
+# Real Kafka, as the unprivileged user, from a copy of the two files it
+# needs (the tree may not be readable by that user). cluster.pl stops its
+# brokers when its stdin closes: this shell holds a FIFO open on fd 3 and
+# closes it at exit, then waits for the brokers to be gone.
+start_real_kafka() {
+  log "starting Apache Kafka 4.4 (3 KRaft brokers, replication factor 3, min.insync.replicas 2)"
+  mkdir -p "$WORK/kafka-tools/tools/kafka" "$WORK/kafka-tools/t"
+  cp "$ROOT/tools/kafka/cluster.pl" "$WORK/kafka-tools/tools/kafka/"
+  cp "$ROOT/t/KafkaCluster.pm" "$WORK/kafka-tools/t/"
+  mkfifo "$WORK/kafka.in"
+  chown -R "$RUN_USER" "$WORK/kafka-tools" "$WORK/kafka.in"
+  as_user env OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" perl "$WORK/kafka-tools/tools/kafka/cluster.pl" \
+    --dir "$WORK/kafka" --topic orders:3 --topic payments:3 --topic latency:1 \
+    --bootstrap-file "$WORK/bootstrap" <"$WORK/kafka.in" >"$WORK/broker.log" 2>&1 &
+  local pid=$!
+  exec 3>"$WORK/kafka.in"
+  cleanup_push "exec 3>&-; wait $pid"
+}
+
+start_${KAFKA}_kafka
+# the mock is up in well under a second; three JVMs take up to a few minutes
+for _ in $(seq 3000); do
+  [ -s "$WORK/bootstrap" ] && break
+  [ -z "$(jobs -r)" ] && { cat "$WORK/broker.log"; echo "DEMO FAILED: the Kafka cluster did not start"; exit 1; }
+  sleep 0.1
+done
+[ -s "$WORK/bootstrap" ] || { cat "$WORK/broker.log"; echo "DEMO FAILED: the Kafka cluster did not start"; exit 1; }
 BOOTSTRAP=$(cat "$WORK/bootstrap")
 echo "bootstrap servers: $BOOTSTRAP"
 

@@ -1,7 +1,9 @@
 # Bench::Kafka: the Kafka side of the benchmark's environment, a base class
-# of Bench::Env: the project's broker (OutboxTest's start_broker), fresh
-# topics, end offsets, and the two plain librdkafka helpers (the latency
-# consumer that measures every latency, the producer that is the baseline).
+# of Bench::Env: the cluster (the project's broker, OutboxTest's
+# start_broker, or with --kafka real a real three-broker Apache Kafka,
+# t/KafkaCluster.pm), fresh topics, end offsets, and the two plain
+# librdkafka helpers (the latency consumer that measures every latency, the
+# producer that is the baseline).
 package Bench::Kafka;
 
 use strict;
@@ -19,20 +21,68 @@ use constant TOPIC      => 'bench';
 sub start_broker
 {
 	my ($self) = @_;
-	$self->{broker} = OutboxTest::start_broker(brokers => 3, topics => [ TOPIC . ':' . PARTITIONS ]);
+	if ($self->real_kafka)
+	{
+		$self->start_real_kafka;
+	}
+	else
+	{
+		$self->{broker} = OutboxTest::start_broker(brokers => 3, topics => [ TOPIC . ':' . PARTITIONS ]);
+	}
 	$self->say('broker at ', $self->bootstrap);
+}
+
+sub real_kafka { return ($_[0]{kafka} // 'mock') eq 'real'; }
+
+# Three KRaft brokers in the work directory, replication factor 3,
+# min.insync.replicas 2 (t/KafkaCluster.pm). The drain and memory parts
+# write gigabytes (three copies each): the bench topic keeps about the
+# last 1.2 GB, and takes the memory part's 1 MB events (outbox.max_message_bytes
+# 2MB there).
+sub start_real_kafka
+{
+	my ($self) = @_;
+	require KafkaCluster;
+	my $c = KafkaCluster::start_kafka_cluster(dir => $self->file('kafka'),
+		conf => "log.retention.check.interval.ms=10000");
+	$self->say(sprintf('Kafka 4.4 cluster (3 brokers) up in %.1f s', $c->startup_s));
+	$c->create_topic(TOPIC, partitions => PARTITIONS, config => {
+		'max.message.bytes' => 4194304,
+		'retention.bytes' => 104857600,
+		'segment.bytes' => 16777216 });
+	# nothing is created on first use there: the latency part's sampler
+	$c->create_topic('ack_latency', partitions => 1);
+	$self->{broker} = $c;
 }
 
 sub bootstrap { return $_[0]{broker}->bootstrap; }
 
-# A topic of PARTITIONS partitions that nothing wrote to yet. The mock
-# broker finds a fetch's offset by walking the partition's whole log, so
-# latency is measured on fresh topics (see bench/README.md).
+# Load segments: at most this many seconds and messages each, each on a
+# fresh topic (Bench::Load). The mock broker finds a fetch's offset by
+# walking the partition's whole log, so its topics must stay short; real
+# Kafka has an offset index, so a segment there is only what the sustained
+# part's hooks need between calls.
+sub segment_limits
+{
+	my ($self) = @_;
+	return $self->real_kafka ? (30, 1e9) : (Bench::Load::SEGMENT_S(), Bench::Load::SEGMENT_MESSAGES());
+}
+
+# A topic of PARTITIONS partitions that nothing wrote to yet (see
+# segment_limits); on real Kafka created with replication factor 3 and
+# waited for until every partition has its full ISR.
 sub fresh_topic
 {
 	my ($self, $label) = @_;
 	my $name = sprintf('lat_%s_%d', $label, ++$self->{topics});
-	$self->{broker}->command("create $name " . PARTITIONS);
+	if ($self->real_kafka)
+	{
+		$self->{broker}->create_topic($name, partitions => PARTITIONS);
+	}
+	else
+	{
+		$self->{broker}->command("create $name " . PARTITIONS);
+	}
 	return $name;
 }
 
@@ -63,13 +113,20 @@ sub kafka_total
 }
 
 
+# The consumer's fetch.wait.max.ms. The mock holds an empty fetch for that
+# long even when data arrives meanwhile, so it bounds what the consumer adds
+# to a latency there; a real broker answers a waiting fetch as soon as the
+# high watermark moves, and 1 ms would only make three JVMs answer ~3000
+# empty fetches a second on the benchmark's two cores.
+sub fetch_wait_ms { return $_[0]->real_kafka ? 100 : 1; }
+
 # Starts latency-consumer at the end of $topic and waits for READY.
 sub start_consumer
 {
 	my ($self, $topic) = @_;
 	my $out = $self->file("consumer_$topic.out");
 	my @cmd = ("$self->{helpers}/latency-consumer", '-b', $self->bootstrap, '-t', $topic,
-		'-T', 100000, '-f', 1, '-d', "$out.samples");
+		'-T', 100000, '-f', $self->fetch_wait_ms, '-d', "$out.samples");
 	my $h = Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>', "$out.err");
 	wait_until(30, sub { slurp($out) =~ /^READY/m })
 	  or die "latency-consumer not ready: " . slurp("$out.err");

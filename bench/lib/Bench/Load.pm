@@ -3,7 +3,8 @@
 # the floor (a plain librdkafka producer) go through the same code.
 #
 # The load runs as back-to-back segments of at most SEGMENT_S seconds (and
-# SEGMENT_MESSAGES messages, whichever is shorter, at least 1 s), each
+# SEGMENT_MESSAGES messages, whichever is shorter, at least 1 s; on real
+# Kafka, Bench::Kafka's segment_limits: 30 s), each
 # into a topic nothing wrote to before, each read by its own consumer. The
 # mock broker (librdkafka 2.0.2) walks a partition's whole log on every
 # fetch, so on one long-lived topic the consumer's latency grows with the
@@ -32,10 +33,11 @@ use constant SEGMENT_MESSAGES => 15000;
 sub run
 {
 	my ($env, %o) = @_;
-	# at most SEGMENT_MESSAGES per segment: each is a message set of the
-	# plain producer (linger.ms=0), and the mock walks them all per fetch
-	my $seg = POSIX::floor(SEGMENT_MESSAGES / $o{rate});
-	$seg = SEGMENT_S if $seg > SEGMENT_S;
+	# at most SEGMENT_MESSAGES per segment on the mock: each is a message set
+	# of the plain producer (linger.ms=0), and the mock walks them all per fetch
+	my ($seg_s, $seg_messages) = $env->segment_limits;
+	my $seg = POSIX::floor($seg_messages / $o{rate});
+	$seg = $seg_s if $seg > $seg_s;
 	$seg = 1 if $seg < 1;
 	my $n = POSIX::ceil($o{seconds} / $seg);
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
