@@ -5,8 +5,25 @@
 # Usage: bash scripts/test.sh [t/NNN_name.pl ...]   (default: all, then
 # PostgreSQL's own suites with and without the extension, scripts/pg_suites.sh)
 #        bash scripts/test.sh --pg-suites-only
+#        bash scripts/test.sh --pg 15|17|18 [t/NNN_name.pl ...]   one major:
+# 15 is the machine's own, 17 and 18 run in Debian chroots (scripts/chroot.sh:
+# pg_regress and the core TAP tests). With no --pg: 15, then 17 and 18.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+
+if [ "${1:-}" = --pg ]; then
+  major=${2:?--pg needs a major: 15, 17 or 18}
+  shift 2
+  [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
+elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
+  status=0
+  for major in 15 17 18; do
+    log "PostgreSQL $major"
+    bash "$0" --pg "$major" || { status=1; echo "TESTS FAILED on PostgreSQL $major"; }
+  done
+  [ $status -eq 0 ] && echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
+  exit $status
+fi
 
 ensure_packages
 build_and_install
@@ -31,7 +48,8 @@ prove_tests=""
 
 status=0
 log "running the tests"
-as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck \
+as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck || status=$?
+as_user make -s PG_CONFIG=$PG_BIN/pg_config prove_installcheck \
   PROVE_FLAGS="--timer --verbose" $prove_tests || status=$?
 
 if [ $status -ne 0 ]; then
