@@ -35,6 +35,11 @@ include $(PGXS)
 prove_installcheck:
 	$(prove_installcheck)
 
+# The PGXN release: the committed tree under outbox-VERSION/.
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
+
 # The envelope's C code is generated from proto/outbox.proto, never committed.
 src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
 	protoc-c --proto_path=proto --c_out=src $<

@@ -7,8 +7,12 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-ensure_packages
-build_and_install
+# OUTBOX_DEMO_INSTALLED=1: the extension comes from its Debian package
+# (scripts/chroot.sh runs the demo so, in a clean system), not this tree
+if [ -z "${OUTBOX_DEMO_INSTALLED:-}" ]; then
+  ensure_packages
+  build_and_install
+fi
 make_workdir
 
 log "starting the local Kafka-protocol broker (3 brokers)"
@@ -20,7 +24,7 @@ for _ in $(seq 100); do [ -s "$WORK/bootstrap" ] && break; sleep 0.1; done
 BOOTSTRAP=$(cat "$WORK/bootstrap")
 echo "bootstrap servers: $BOOTSTRAP"
 
-log "starting PostgreSQL 15 with shared_preload_libraries = 'outbox'"
+log "starting $("$PG_BIN/postgres" --version) with shared_preload_libraries = 'outbox'"
 as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
 cat >>"$WORK/data/postgresql.conf" <<EOF
 listen_addresses = ''

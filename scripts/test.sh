@@ -66,4 +66,6 @@ if [ $status -ne 0 ]; then
   exit $status
 fi
 [ $# -gt 0 ] || bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
+# the Debian package for 15, built and installed into a clean bookworm
+[ $# -gt 0 ] || bash "$ROOT/scripts/chroot.sh" 15 --package-only || { echo "TESTS FAILED"; exit 1; }
 echo "ALL TESTS PASSED"
