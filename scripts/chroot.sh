@@ -79,7 +79,8 @@ mount_all() {
 }
 
 # A minbase system of the suite in $1 with packages $2 (installed, or only
-# downloaded with $3 = -d), made once; its package list is its stamp.
+# downloaded with $3 = -d, so that installing them later needs no
+# network), made once; its package list is its stamp.
 make_root() {
   local r=$1 packages=$2 mode=${3:-}
   if [ ! -x "$r/usr/bin/apt-get" ]; then
@@ -99,9 +100,14 @@ make_root() {
     log "installing ${mode:+(download only) }$(echo $packages)"
     mount_all "$r"
     # sid's Release file may be past its Valid-Until date
-    in_root "$r" apt-get -qq -o Acquire::Check-Valid-Until=false update
-    in_root "$r" apt-get install -y -qq $mode --no-install-recommends $packages >"$r.apt.log" 2>&1 \
-      || { tail -n 30 "$r.apt.log"; exit 1; }
+    # sid's mirrors can be mid-sync: a failed fetch gets a second try
+    local try
+    for try in 1 2; do
+      in_root "$r" apt-get -qq -o Acquire::Check-Valid-Until=false update
+      in_root "$r" apt-get install -y -qq $mode --no-install-recommends $packages >"$r.apt.log" 2>&1 \
+        && break
+      [ $try = 2 ] && { tail -n 30 "$r.apt.log"; exit 1; }
+    done
     cleanup
     echo "$mode $packages" >"$r/.pg_outbox-packages"
   fi
@@ -167,7 +173,7 @@ package_check() {
   cp -r "$ROOT/scripts" "$ROOT/proto" "$RUN/tmp/demo/"
   cp "$DIR$TREE/tools/outbox-broker" "$RUN/tmp/demo/tools/"
   mount_all "$RUN"
-  in_root "$RUN" apt-get install -y -qq --no-download "/tmp/$deb" kcat protobuf-compiler \
+  in_root "$RUN" apt-get install -y -qq "/tmp/$deb" kcat protobuf-compiler \
     >"$RUN.apt.log" 2>&1 || { tail -n 30 "$RUN.apt.log"; return 1; }
   in_root "$RUN" dpkg -L "postgresql-$MAJOR-outbox" | grep -E '\.so$|\.control$'
   log "the demo, from the installed package"
