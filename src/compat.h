@@ -14,7 +14,11 @@
 
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/syscache.h"
 #include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
@@ -103,6 +107,27 @@
 #define compat_makeJsonLexContextCstringLen(json, len, encoding, need_escapes) \
 	makeJsonLexContextCstringLen(json, len, encoding, need_escapes)
 #endif
+
+/*
+ * have_createdb_privilege() is exported by recent minors only (15.20 has
+ * it, 15.18 keeps it static): a library calling it would not load on the
+ * others. The same rule, the caller's role being a superuser or CREATEDB.
+ */
+static inline bool
+compat_have_createdb_privilege(void)
+{
+	HeapTuple	tuple;
+	bool		createdb;
+
+	if (superuser())
+		return true;
+	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	createdb = ((Form_pg_authid) GETSTRUCT(tuple))->rolcreatedb;
+	ReleaseSysCache(tuple);
+	return createdb;
+}
 
 /*
  * What a process of the extension waits for: from 17 on a named event of

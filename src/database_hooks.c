@@ -103,7 +103,7 @@ renamed_database(RenameStmt *stmt)
 {
 	Oid			dboid = other_database(stmt->subname);
 
-	if (!OidIsValid(dboid) || !owns_database(dboid) || !have_createdb_privilege() ||
+	if (!OidIsValid(dboid) || !owns_database(dboid) || !compat_have_createdb_privilege() ||
 		OidIsValid(get_database_oid(stmt->newname, true)))
 		return InvalidOid;
 	return dboid;
@@ -116,7 +116,7 @@ copied_database(CreatedbStmt *stmt)
 	const char *template = option_value(stmt->options, "template");
 	Oid			dboid = template ? get_database_oid(template, true) : InvalidOid;
 
-	if (!OidIsValid(dboid) || !have_createdb_privilege() ||
+	if (!OidIsValid(dboid) || !compat_have_createdb_privilege() ||
 		!(is_template(dboid) || owns_database(dboid)))
 		return InvalidOid;
 	return dboid;
