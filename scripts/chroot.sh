@@ -161,7 +161,11 @@ t_tests=$((SECONDS - t0))
 package_check() {
   log "building the Debian package"
   copy_tree "$DIR$PKG/src"
-  in_chroot sh -c "cd $PKG/src && PG_UPDATECONTROL=yes dpkg-buildpackage -us -uc -b -d" \
+  # pg_virtualenv's cluster would take 5432 if free; the chroot shares
+  # the machine's loopback, so it gets a free port of its own
+  local port=55432
+  while (echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+  in_chroot sh -c "cd $PKG/src && PGPORT=$port PG_UPDATECONTROL=yes dpkg-buildpackage -us -uc -b -d" \
     >"$DIR.package.log" 2>&1 || { tail -n 60 "$DIR.package.log"; return 1; }
   local deb
   deb=$(cd "$DIR$PKG" && ls postgresql-$MAJOR-outbox_*.deb)
