@@ -12,9 +12,11 @@ DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXT
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
-REGRESS = send bad_input dead_letter privileges status conventions capture
+REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix
 REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
-TAP_TESTS = 1
+# `make installcheck` is pg_regress only, as packagers' tools expect
+# (pg_buildext installcheck); the TAP tests need the project's broker and
+# kcat and run with `make prove_installcheck` (scripts/test.sh runs both).
 
 # The project's scripts (tests, CI, demo, benchmark) build with WERROR=1;
 # a user's `make` does not fail on a warning a newer compiler invents.
@@ -22,11 +24,21 @@ PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra $(if $(WERR
               -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lrdkafka -lprotobuf-c
 
-EXTRA_CLEAN = src/outbox.pb-c.c src/outbox.pb-c.h tools/outbox-broker tmp_check_regress
+EXTRA_CLEAN = src/outbox.pb-c.c src/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS's own recipe (PROVE_TESTS, PROVE_FLAGS), without TAP_TESTS.
+.PHONY: prove_installcheck
+prove_installcheck:
+	$(prove_installcheck)
+
+# The PGXN release: the committed tree under outbox-VERSION/.
+.PHONY: dist
+dist:
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
 
 # The envelope's C code is generated from proto/outbox.proto, never committed.
 src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto

@@ -3,7 +3,7 @@
 # an unprivileged user in a temporary directory that is always removed.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_BIN=/usr/lib/postgresql/15/bin
+PG_BIN=/usr/lib/postgresql/${OUTBOX_PG_MAJOR:-15}/bin
 RUN_USER=postgres
 PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 librdkafka-dev
 libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl

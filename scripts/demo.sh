@@ -24,9 +24,13 @@ while [ $# -gt 0 ]; do
 done
 case "$KAFKA" in mock|real) ;; *) echo "--kafka: mock or real, not '$KAFKA'" >&2; exit 2 ;; esac
 
-ensure_packages
+# OUTBOX_DEMO_INSTALLED=1: the extension comes from its Debian package
+# (scripts/chroot.sh runs the demo so, in a clean system), not this tree
+if [ -z "${OUTBOX_DEMO_INSTALLED:-}" ]; then
+  ensure_packages
+  build_and_install
+fi
 [ "$KAFKA" = real ] && ensure_kafka_jars
-build_and_install
 make_workdir
 
 # The project's broker: stops on SIGTERM.
@@ -67,7 +71,7 @@ done
 BOOTSTRAP=$(cat "$WORK/bootstrap")
 echo "bootstrap servers: $BOOTSTRAP"
 
-log "starting PostgreSQL 15 with shared_preload_libraries = 'outbox'"
+log "starting $("$PG_BIN/postgres" --version) with shared_preload_libraries = 'outbox'"
 as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
 cat >>"$WORK/data/postgresql.conf" <<EOF
 listen_addresses = ''

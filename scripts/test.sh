@@ -8,8 +8,25 @@
 #          t/1NN test runs on a real cluster; OUTBOX_TEST_KAFKA=real runs
 #          any other named one there too)
 #        bash scripts/test.sh --pg-suites-only
+#        bash scripts/test.sh --pg 15|17|18 [t/NNN_name.pl ...]   one major:
+# 15 is the machine's own, 17 and 18 run in Debian chroots (scripts/chroot.sh:
+# pg_regress and the core TAP tests). With no --pg: 15, then 17 and 18.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
+
+if [ "${1:-}" = --pg ]; then
+  major=${2:?--pg needs a major: 15, 17 or 18}
+  shift 2
+  [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
+elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
+  status=0
+  for major in 15 17 18; do
+    log "PostgreSQL $major"
+    bash "$0" --pg "$major" || { status=1; echo "TESTS FAILED on PostgreSQL $major"; }
+  done
+  [ $status -eq 0 ] && echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
+  exit $status
+fi
 
 ensure_packages
 build_and_install
@@ -52,12 +69,13 @@ report_failure() {
   exit 1
 }
 
-# run_tap LABEL KAFKA TESTS [no-regress]: the TAP tests TESTS with
-# OUTBOX_TEST_KAFKA=KAFKA, and pg_regress first unless told no-regress
+# run_tap LABEL KAFKA TESTS [no-regress]: pg_regress unless told
+# no-regress, then the TAP tests TESTS with OUTBOX_TEST_KAFKA=KAFKA
 run_tap() {
   log "running $1"
-  as_user env OUTBOX_TEST_KAFKA="$2" make -s PG_CONFIG=$PG_BIN/pg_config installcheck \
-    PROVE_FLAGS="--timer --verbose" PROVE_TESTS="$3" ${4+REGRESS=} || report_failure
+  [ -n "${4:-}" ] || as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck || report_failure
+  as_user env OUTBOX_TEST_KAFKA="$2" make -s PG_CONFIG=$PG_BIN/pg_config prove_installcheck \
+    PROVE_FLAGS="--timer --verbose" PROVE_TESTS="$3" || report_failure
 }
 
 if [ $# -gt 0 ]; then
@@ -68,4 +86,6 @@ fi
 run_tap "pg_regress and the TAP tests on the project's broker" "" "$(echo t/0*.pl)"
 run_tap "the TAP tests on a real Kafka cluster" real "$(echo t/1*.pl) $REAL_AGAIN" no-regress
 bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
+# the Debian package for 15, built and installed into a clean bookworm
+bash "$ROOT/scripts/chroot.sh" 15 --package-only || { echo "TESTS FAILED"; exit 1; }
 echo "ALL TESTS PASSED"

@@ -113,10 +113,13 @@ SHOW outbox.kafka_config;
 SELECT count(*) FROM pg_settings WHERE name = 'outbox.kafka_config';
 
 SET ROLE regress_outbox_app;
+-- (the message's wording differs by major, the SQLSTATE does not)
+\set VERBOSITY sqlstate
 SHOW outbox.kafka_config;
 \echo :LAST_ERROR_SQLSTATE
 SELECT current_setting('outbox.kafka_config');
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 SELECT name FROM pg_settings WHERE name LIKE 'outbox.%' ORDER BY name COLLATE "C";
 -- nor can a non-superuser raise the payload limit (PGC_SUSET)
 SET outbox.max_message_bytes = '10MB';

@@ -26,6 +26,10 @@ LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
   AND d.deptype = 'e'
+  -- 17 and 18 also list the row and array types a table or type implies
+  AND NOT (d.classid = 'pg_type'::regclass AND EXISTS (
+    SELECT FROM pg_type t LEFT JOIN pg_class r ON r.oid = t.typrelid
+    WHERE t.oid = d.objid AND (t.typcategory = 'A' OR r.relkind <> 'c')))
 ORDER BY pg_describe_object(d.classid, d.objid, d.objsubid) COLLATE "C";
 
 -- the indexes of its tables are there too

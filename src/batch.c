@@ -67,11 +67,7 @@ static char instance_id[64] = "";
 static TimeLineID instance_timeline = 0;
 
 
-#if PG_VERSION_NUM >= 150000
 #define CURRENT_TIMELINE() GetWALInsertionTimeLine()
-#else
-#define CURRENT_TIMELINE() ThisTimeLineID
-#endif
 
 static SPIPlanPtr
 prepare_with(const char *sql, int nargs, Oid *argtypes, int cursor_options)

@@ -23,6 +23,7 @@
  *   it, where PostgreSQL runs it, so no role can stop delivery at will.
  */
 #include "database_hooks.h"
+#include "compat.h"
 #include "settings.h"
 #include "shmem.h"
 
@@ -55,11 +56,7 @@ static int	npaused = 0;
 static bool
 owns_database(Oid dboid)
 {
-#if PG_VERSION_NUM >= 160000
-	return object_ownercheck(DatabaseRelationId, dboid, GetUserId());
-#else
-	return pg_database_ownercheck(dboid, GetUserId());
-#endif
+	return compat_database_ownercheck(dboid, GetUserId());
 }
 
 static bool
@@ -106,7 +103,7 @@ renamed_database(RenameStmt *stmt)
 {
 	Oid			dboid = other_database(stmt->subname);
 
-	if (!OidIsValid(dboid) || !owns_database(dboid) || !have_createdb_privilege() ||
+	if (!OidIsValid(dboid) || !owns_database(dboid) || !compat_have_createdb_privilege() ||
 		OidIsValid(get_database_oid(stmt->newname, true)))
 		return InvalidOid;
 	return dboid;
@@ -119,7 +116,7 @@ copied_database(CreatedbStmt *stmt)
 	const char *template = option_value(stmt->options, "template");
 	Oid			dboid = template ? get_database_oid(template, true) : InvalidOid;
 
-	if (!OidIsValid(dboid) || !have_createdb_privilege() ||
+	if (!OidIsValid(dboid) || !compat_have_createdb_privilege() ||
 		!(is_template(dboid) || owns_database(dboid)))
 		return InvalidOid;
 	return dboid;
@@ -181,7 +178,7 @@ stop_workers_and_wait(Oid dboid)
 		if (!running || waited_ms >= limit_ms)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 20, PG_WAIT_EXTENSION);
+						 20, compat_wait_event(OUTBOX_WAIT_WORKERS_EXIT));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		waited_ms += 20;
@@ -212,31 +209,23 @@ pause_for_transaction(Oid dboid)
 
 static void
 run_utility(PlannedStmt *pstmt, const char *queryString,
-#if PG_VERSION_NUM >= 140000
 			bool readOnlyTree,
-#endif
 			ProcessUtilityContext context, ParamListInfo params,
 			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
 	if (prev_utility_hook)
 		prev_utility_hook(pstmt, queryString,
-#if PG_VERSION_NUM >= 140000
 						  readOnlyTree,
-#endif
 						  context, params, queryEnv, dest, qc);
 	else
 		standard_ProcessUtility(pstmt, queryString,
-#if PG_VERSION_NUM >= 140000
 								readOnlyTree,
-#endif
 								context, params, queryEnv, dest, qc);
 }
 
 static void
 outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
-#if PG_VERSION_NUM >= 140000
 					bool readOnlyTree,
-#endif
 					ProcessUtilityContext context, ParamListInfo params,
 					QueryEnvironment *queryEnv, DestReceiver *dest,
 					QueryCompletion *qc)
@@ -256,9 +245,7 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 			!OidIsValid(get_extension_oid("outbox", true));
 	}
 	run_utility(pstmt, queryString,
-#if PG_VERSION_NUM >= 140000
 				readOnlyTree,
-#endif
 				context, params, queryEnv, dest, qc);
 	/* only what the statement did, once it did it, is news */
 	created_extension |= creates_outbox;

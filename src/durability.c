@@ -9,6 +9,7 @@
  *		transaction does not exist.
  */
 #include "durability.h"
+#include "compat.h"
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
@@ -42,16 +43,10 @@ outbox_visible_commits_end(void)
 static bool
 sync_standbys_defined(void)
 {
-#ifdef SYNC_STANDBY_DEFINED
-	/* minor releases from 2025 on: a status, with "not published yet" */
-	bits8		status = ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_status;
+	/* a bool before the minor releases of 2025-05-08, a status since */
+	compat_sync_standbys s = ((volatile WalSndCtlData *) WalSndCtl)->COMPAT_SYNC_STANDBYS_FIELD;
 
-	if ((status & SYNC_STANDBY_INIT) == 0)
-		return SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
-	return (status & SYNC_STANDBY_DEFINED) != 0;
-#else
-	return ((volatile WalSndCtlData *) WalSndCtl)->sync_standbys_defined;
-#endif
+	return COMPAT_SYNC_STANDBYS_DEFINED(s);
 }
 
 static XLogRecPtr
@@ -86,7 +81,7 @@ outbox_wait_durable(XLogRecPtr lsn)
 								   "outbox: waiting for the synchronous standbys");
 		reported = true;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 SYNC_POLL_MS, PG_WAIT_EXTENSION);
+						 SYNC_POLL_MS, compat_wait_event(OUTBOX_WAIT_SYNC_STANDBY));
 		ResetLatch(MyLatch);
 	}
 	return true;

@@ -23,6 +23,7 @@
  * restart; a slot is freed only if it still holds what the launcher saw.
  */
 #include "launcher.h"
+#include "compat.h"
 #include "settings.h"
 #include "shmem.h"
 
@@ -481,7 +482,7 @@ outbox_launcher_main(Datum main_arg)
 		pgstat_report_activity(STATE_IDLE, NULL);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 nap_ms(now), PG_WAIT_EXTENSION);
+						 nap_ms(now), compat_wait_event(OUTBOX_WAIT_LAUNCHER));
 		ResetLatch(MyLatch);
 	}
 }

@@ -2,8 +2,11 @@
  * module.c
  *		Entry point of the outbox library: defines the settings everywhere,
  *		and when preloaded, reserves shared state and registers the launcher
- *		that starts the workers of each database.
+ *		that starts the workers of each database. It also refuses to run
+ *		on a minor release whose ABI differs from the one it was built on in
+ *		a way no compiler sees (compat.h lists them).
  */
+#include "compat.h"
 #include "database_hooks.h"
 #include "launcher.h"
 #include "send.h"
@@ -11,14 +14,66 @@
 #include "shmem.h"
 
 #include "miscadmin.h"
+#include "utils/guc.h"
 
-PG_MODULE_MAGIC;
+COMPAT_PG_MODULE_MAGIC;
 
 void		_PG_init(void);
+
+/* "17.12" for 170012 */
+static char *
+version_text(int version_num)
+{
+	return psprintf("%d.%d", version_num / 10000, version_num % 10000);
+}
+
+/*
+ * The major is checked by the module magic; within it, a library built on
+ * one side of a struct change and loaded on the other reads the wrong
+ * bytes: delivery waits forever for a synchronous standby that does not
+ * exist or stops waiting for one that does (WalSndCtlData, durability.c),
+ * or the server writes past what send.c allocated (ResultRelInfo).
+ */
+static const char *
+abi_conflict(int built, int running)
+{
+	if (COMPAT_SYNC_STATUS_SINCE(built) != COMPAT_SYNC_STATUS_SINCE(running))
+		return "WalSndCtlData.sync_standbys_status";
+	if (COMPAT_RESULT_REL_INFO_CHANGED(built) != COMPAT_RESULT_REL_INFO_CHANGED(running))
+		return "the size of ResultRelInfo";
+	return NULL;
+}
+
+/*
+ * The build's minor as the guard sees it. t/003_abi_guard.pl builds a
+ * library that claims another, as no older minor's headers are at hand.
+ */
+#ifndef OUTBOX_ABI_BUILT_VERSION_NUM
+#define OUTBOX_ABI_BUILT_VERSION_NUM PG_VERSION_NUM
+#endif
+
+/* In the postmaster, an ERROR here keeps the server from starting. */
+static void
+check_server_abi(void)
+{
+	int			built = OUTBOX_ABI_BUILT_VERSION_NUM;
+	int			running = atoi(GetConfigOption("server_version_num", false, false));
+	const char *conflict = abi_conflict(built, running);
+
+	if (conflict != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("outbox was built for PostgreSQL %s and cannot run on PostgreSQL %s",
+						version_text(built), version_text(running)),
+				 errdetail("The minor releases between them changed %s.", conflict),
+				 errhint("Install a build of outbox made against PostgreSQL %s.",
+						 version_text(running))));
+}
 
 void
 _PG_init(void)
 {
+	check_server_abi();
 	outbox_define_settings();
 	outbox_install_send_callbacks();
 

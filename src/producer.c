@@ -13,6 +13,7 @@
  */
 #include "producer.h"
 #include "backoff.h"
+#include "compat.h"
 #include "settings.h"
 #include "stats.h"
 
@@ -911,13 +912,8 @@ take_in_broker(OutboxProducer *producer, const BrokerSeen *seen)
 		info->rtt_avg_ms = seen->rtt_avg / 1000.0;
 }
 
-#if PG_VERSION_NUM >= 160000
-#define JSON_ACTION JsonParseErrorType
-#define JSON_ACTION_DONE return JSON_SUCCESS
-#else
-#define JSON_ACTION void
-#define JSON_ACTION_DONE return
-#endif
+#define JSON_ACTION COMPAT_JSON_ACTION
+#define JSON_ACTION_DONE COMPAT_JSON_ACTION_DONE
 
 static JSON_ACTION
 brokers_nest(void *state)
@@ -1013,11 +1009,7 @@ parse_brokers(OutboxProducer *producer, char *text)
 	JsonParseErrorType result;
 	JsonLexContext *lex;
 
-#if PG_VERSION_NUM >= 170000
-	lex = makeJsonLexContextCstringLen(NULL, text, strlen(text), PG_UTF8, true);
-#else
-	lex = makeJsonLexContextCstringLen(text, strlen(text), PG_UTF8, true);
-#endif
+	lex = compat_makeJsonLexContextCstringLen(text, strlen(text), PG_UTF8, true);
 	result = pg_parse_json(lex, &sem);
 	return result == JSON_SUCCESS ? NULL : json_errdetail(result, lex);
 }

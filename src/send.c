@@ -10,6 +10,7 @@
  * any privilege on the table itself.
  */
 #include "send.h"
+#include "compat.h"
 #include "message.h"
 #include "settings.h"
 #include "shmem.h"
@@ -429,11 +430,7 @@ insert_directly(Relation rel, HeapTuple tuple, int shard, int64 id)
 
 	simple_heap_insert(rel, tuple);
 	index_insert(index, index_values, index_nulls, &tuple->t_self, rel,
-				 UNIQUE_CHECK_YES,
-#if PG_VERSION_NUM >= 140000
-				 false,
-#endif
-				 relations.index_info);
+				 UNIQUE_CHECK_YES, false, relations.index_info);
 	index_close(index, NoLock);
 }
 
@@ -454,11 +451,7 @@ insert_through_executor(Relation rel, HeapTuple tuple)
 	rte->relid = RelationGetRelid(rel);
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = RowExclusiveLock;
-#if PG_VERSION_NUM >= 160000
-	ExecInitRangeTable(estate, list_make1(rte), NIL);
-#else
-	ExecInitRangeTable(estate, list_make1(rte));
-#endif
+	compat_ExecInitRangeTable(estate, list_make1(rte));
 	InitResultRelInfo(result, rel, 1, NULL, 0);
 	estate->es_output_cid = GetCurrentCommandId(true);
 	ExecOpenIndices(result, false);
@@ -466,12 +459,7 @@ insert_through_executor(Relation rel, HeapTuple tuple)
 	ExecStoreHeapTuple(tuple, slot, false);
 
 	AfterTriggerBeginQuery();
-#if PG_VERSION_NUM >= 140000
 	ExecSimpleRelationInsert(result, estate, slot);
-#else
-	estate->es_result_relation_info = result;
-	ExecSimpleRelationInsert(estate, slot);
-#endif
 	AfterTriggerEndQuery(estate);
 
 	ExecCloseIndices(result);

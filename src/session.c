@@ -15,6 +15,7 @@
  *		whatever the server's configuration says.
  */
 #include "session.h"
+#include "compat.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -104,12 +105,7 @@ collect_restores(Restore **restores)
 	int			nvars;
 	int			n = 0;
 
-#if PG_VERSION_NUM >= 160000
-	vars = get_guc_variables(&nvars);
-#else
-	vars = get_guc_variables();
-	nvars = GetNumConfigOptions();
-#endif
+	vars = compat_get_guc_variables(&nvars);
 	*restores = palloc(sizeof(Restore) * Max(nvars, 1));
 	for (int i = 0; i < nvars; i++)
 	{
@@ -172,9 +168,7 @@ force_settings(void)
 		{"statement_timeout", "0"},
 		{"lock_timeout", "0"},
 		{"idle_in_transaction_session_timeout", "0"},
-#if PG_VERSION_NUM >= 170000
-		{"transaction_timeout", "0"},
-#endif
+		COMPAT_TRANSACTION_TIMEOUT_SETTING
 		{"session_replication_role", "origin"},
 		{"plan_cache_mode", "auto"},
 		/* settles commit asynchronously; see window.c for the crash bound */

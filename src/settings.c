@@ -592,9 +592,5 @@ outbox_define_settings(void)
 	/* not preloaded, outbox.shards and outbox.database stay placeholders */
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("outbox");
-#else
-	EmitWarningsOnPlaceholders("outbox");
-#endif
 }

@@ -15,6 +15,7 @@
  * pointers into one process's memory.
  */
 #include "shmem.h"
+#include "compat.h"
 #include "settings.h"
 
 #include <signal.h>
@@ -76,12 +77,7 @@ typedef struct WorkerSlot
 	pg_atomic_uint64 rewind_generation;
 } WorkerSlot;
 
-/* PostgreSQL 17 replaced PGPROC.pgprocno with MyProcNumber */
-#if PG_VERSION_NUM >= 170000
-#define MY_PROC_NUMBER MyProcNumber
-#else
-#define MY_PROC_NUMBER (MyProc->pgprocno)
-#endif
+#define MY_PROC_NUMBER COMPAT_MY_PROC_NUMBER
 
 /* Registry entry of one PGPROC: its database and its lowest open id. */
 typedef struct RegistryEntry
@@ -99,30 +95,19 @@ static bool registered_this_xact = false;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 
 static int
 proc_count(void)
 {
-#if PG_VERSION_NUM >= 150000
 	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-#else
-	/* MaxBackends is not computed yet when _PG_init runs before 15 */
-	return MaxConnections + autovacuum_max_workers + 1 +
-		max_worker_processes + max_wal_senders +
-		NUM_AUXILIARY_PROCS + max_prepared_xacts;
-#endif
 }
 
 static void
 request_shmem(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(sizeof(OutboxShared));
 	RequestAddinShmemSpace(mul_size(outbox_max_workers, sizeof(WorkerSlot)));
 	RequestAddinShmemSpace(mul_size(proc_count(), sizeof(RegistryEntry)));
@@ -181,12 +166,8 @@ startup_shmem(void)
 void
 outbox_shmem_install_hooks(void)
 {
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = request_shmem;
-#else
-	request_shmem();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = startup_shmem;
 }

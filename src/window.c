@@ -19,11 +19,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#if PG_VERSION_NUM >= 150000
 #define FLUSHED_UP_TO() GetFlushRecPtr(NULL)
-#else
-#define FLUSHED_UP_TO() GetFlushRecPtr()
-#endif
 
 /* How often the range of ids in the window is published while it changes. */
 #define PUBLISH_INTERVAL_MS 100

@@ -27,6 +27,7 @@
 #include "worker.h"
 #include "backoff.h"
 #include "batch.h"
+#include "compat.h"
 #include "durability.h"
 #include "lag_alert.h"
 #include "session.h"
@@ -893,11 +894,7 @@ wait_set(WorkerState *st)
 		return st->wait_set;
 	if (st->wait_set != NULL)
 		FreeWaitEventSet(st->wait_set);
-#if PG_VERSION_NUM >= 170000
-	st->wait_set = CreateWaitEventSet(NULL, 3);
-#else
-	st->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
-#endif
+	st->wait_set = compat_CreateWaitEventSet(3);
 	AddWaitEventToSet(st->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(st->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	if (st->producer != NULL)
@@ -947,7 +944,8 @@ wait_for_work(WorkerState *st)
 
 	if (ms == 0)
 		return;
-	if (WaitEventSetWait(wait_set(st), ms, &event, 1, PG_WAIT_EXTENSION) > 0 &&
+	if (WaitEventSetWait(wait_set(st), ms, &event, 1,
+						 compat_wait_event(OUTBOX_WAIT_WORKER)) > 0 &&
 		(event.events & WL_LATCH_SET))
 	{
 		ResetLatch(MyLatch);
