@@ -209,7 +209,15 @@ reload_settings(WorkerState *st)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (st->producer != NULL && !st->rebuild_producer &&
 		outbox_producer_outdated(st->producer))
+	{
 		st->rebuild_producer = true;
+		/* new settings may be what Kafka waited for (a password, a CA) */
+		if (st->kafka_failures > 0)
+		{
+			st->kafka_failures = 0;
+			st->backoff_until = 0;
+		}
+	}
 	st->read_wanted = true;
 }
 

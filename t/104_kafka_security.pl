@@ -140,6 +140,7 @@ sub reconfigure
 	$conf .= "outbox.brokers = '$o{brokers}'\n" if $o{brokers};
 	$conf .= "outbox.kafka_config = '$o{kafka_config},$OutboxTest::TEST_KAFKA_CONFIG'\n"
 	  if $o{kafka_config};
+	$conf .= $o{conf} // '';
 	$node->append_conf('postgresql.conf', $conf) if length $conf;
 	write_secrets(%{ $o{secrets} }) if $o{secrets};
 	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
@@ -226,6 +227,9 @@ sub break_and_fix
 	reconfigure(%{ $o{fix} }, label => "$label, fixed");
 	ok(wait_for_empty($node, 120), "$label: delivered after the fix and a reload");
 	my $resume = time - $t;
+	# a few seconds: the events in flight time out (5 s), the producer is
+	# rebuilt, it connects; never the back-off of the failure before
+	cmp_ok($resume, '<', 15, "$label: delivery resumes soon after the reload");
 	is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', "$label: still no dead letters");
 	return $resume;
 }
@@ -280,10 +284,13 @@ $resume{untrusted_ca} = break_and_fix(label => 'untrusted CA', topic => 'tls_eve
 	copy_private($key, "$etc/expired.key");
 }
 $resume{expired_certificate} = break_and_fix(label => 'expired client certificate',
-	topic => 'tls_events', first_session => 41, broken_s => 50,
+	topic => 'tls_events', first_session => 41,
+	# a long back-off in force when the fix comes: the fix must not wait
+	# for it (the first one after a 5 s message timeout: 30 s)
 	break => { kafka_config => tls_config(cert => "$etc/expired.pem", key => "$etc/expired.key"),
-		secrets => {} },
-	fix => { kafka_config => tls_config(), secrets => { 'ssl.key.password' => $key_password } },
+		secrets => {}, conf => "outbox.retry_backoff_min = 30s\n" },
+	fix => { kafka_config => tls_config(), secrets => { 'ssl.key.password' => $key_password },
+		conf => "outbox.retry_backoff_min = 1s\n" },
 	log => qr/Kafka error: .*(?i:SSL|certificate|handshake)/,
 	error => qr/(?i:SSL|certificate|handshake)/);
 
