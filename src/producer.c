@@ -808,10 +808,38 @@ outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports)
 	claim_reports(producer, reports);
 }
 
-bool
-outbox_producer_is_fatal(OutboxProducer *producer)
+/*
+ * Fatal errors for which no message is to blame: Kafka refused the
+ * producer its id (not authorized to write anywhere, or no idempotence).
+ */
+static bool
+refuses_producer(rd_kafka_resp_err_t err)
 {
-	return rd_kafka_fatal_error(producer->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
+	return err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
+		err == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE;
+}
+
+/*
+ * The producer's fatal error, if it has one (NULL if not): librdkafka's
+ * reason, and in *whole whether Kafka refused the producer as a whole.
+ */
+char *
+outbox_producer_fatal(OutboxProducer *producer, bool *whole)
+{
+	char		reason[512];
+	rd_kafka_resp_err_t err = rd_kafka_fatal_error(producer->rk, reason, sizeof(reason));
+
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return NULL;
+	*whole = refuses_producer(err);
+	return pstrdup(reason);
+}
+
+/* True if Kafka refused the producer as a whole (see above). */
+bool
+outbox_producer_refused(OutboxProducer *producer)
+{
+	return refuses_producer(rd_kafka_fatal_error(producer->rk, NULL, 0));
 }
 
 /*
