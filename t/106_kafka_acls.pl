@@ -144,9 +144,60 @@ for my $topic (qw(no_describe no_write))
 	is("@keyed", join(' ', map { "$topic-$_" } 1 .. 3), "$topic: the keyed ones in their order");
 }
 
+# A principal that may write nowhere: Kafka refuses the idempotent
+# producer its id (CLUSTER_AUTHORIZATION_FAILED, fatal to the producer).
+# That is the whole configuration refused, like a wrong password: no event
+# is to blame, so none may count an attempt; they wait, the log and
+# last_error say why, and the fix (here: the right certificate) delivers.
+{
+	my ($crt, $key) = $cluster->make_cert('pg-outbox-nobody');
+	copy_private($crt, "$etc/nobody.pem");
+	copy_private($key, "$etc/nobody.key");
+}
+sub use_certificate
+{
+	my ($name) = @_;
+	$node->append_conf('postgresql.conf', "outbox.kafka_config = 'security.protocol=SSL,"
+		  . "ssl.ca.location=$etc/ca.pem,ssl.certificate.location=$etc/$name.pem,"
+		  . "ssl.key.location=$etc/$name.key,ssl.endpoint.identification.algorithm=https,"
+		  . "$OutboxTest::TEST_KAFKA_CONFIG'\n");
+	$node->reload;
+}
+$from = -s $node->logfile;
+use_certificate('nobody');
+ok(wait_until(30, sub { log_since($node, $from) =~ /rebuilding the Kafka producer/ }),
+	'no rights at all: the producer is rebuilt with the new certificate');
+sql(q{BEGIN; INSERT INTO sent VALUES (101, 1, 'nobody', 's101:1');
+      SELECT outbox_send('allowed_a', 's101:1', 'nobody'); COMMIT;});
+sleep 20;
+$log = log_since($node, $from);
+my ($nobody_line) = $log =~ /(the Kafka producer failed, rebuilding it\n.*DETAIL:.*(?i:authoriz).*)/;
+diag('no rights at all: log: ' . ($nobody_line // 'none'));
+ok(defined $nobody_line, 'no rights at all: the server log says not authorized');
+# each new producer is refused at once: rebuilt after a back-off, not in a loop
+my $nobody_rebuilds = () = $log =~ /the Kafka producer failed, rebuilding it/g;
+cmp_ok($nobody_rebuilds, '<=', 12, 'no rights at all: the producer is not rebuilt in a loop');
+my $nobody_status = sql(q{SELECT state || ' | ' || coalesce(last_error, '') FROM outbox_status});
+diag("no rights at all: outbox_status: $nobody_status");
+like($nobody_status, qr/(?i:authoriz)/, 'no rights at all: last_error says not authorized');
+# Its own refusal (the metadata says not authorized) can come before the
+# producer's, and count one attempt; none after that.
+my $nobody_attempts = sql('SELECT max(attempts) FROM outbox');
+is(sql('SELECT count(*) FROM outbox'), '1', 'no rights at all: the event waits in the outbox');
+cmp_ok($nobody_attempts, '<=', 1, 'no rights at all: at most one attempt counted');
+is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no rights at all: no dead letter');
+$t0 = time;
+use_certificate('client');
+ok(wait_for_empty($node, 60), 'no rights at all: delivered once the right certificate is back');
+my $nobody_resume_s = time - $t0;
+check_delivery('ACLs: allowed topics, at the end', committed_events($node),
+	[ @{ consume($cluster, 'allowed_a') }, @{ consume($cluster, 'allowed_b') } ]);
+
 diag(sprintf("FIGURES kafka acls: first_delivery_s=%.1f allowed_drain_s=%.1f all_dead_s=%.1f "
-		  . "dead_letters=10 producer_rebuilds=%d duplicates=%d delivered_after_grant_s=%.1f",
-		$first_s, $allowed_s, $dead_s, $rebuilds, $allowed->{duplicates}, $granted_s));
+		  . "dead_letters=10 producer_rebuilds=%d duplicates=%d delivered_after_grant_s=%.1f "
+		  . "no_rights_rebuilds_in_20s=%d no_rights_attempts=%d no_rights_resume_s=%.1f",
+		$first_s, $allowed_s, $dead_s, $rebuilds, $allowed->{duplicates}, $granted_s,
+		$nobody_rebuilds, $nobody_attempts, $nobody_resume_s));
 
 $node->stop;
 done_testing();
