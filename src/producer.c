@@ -88,6 +88,9 @@ struct OutboxProducer
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
 	bool		broker_was_up[OUTBOX_MAX_BROKERS];
 	int			nbrokers;
+	/* the bootstrap addresses, as of the last statistics */
+	bool		bootstrap_tried;	/* one is DOWN */
+	bool		bootstrap_up;
 	bool		statistics_unreadable;	/* the last ones were: logged */
 };
 
@@ -150,6 +153,15 @@ is_size_refusal(rd_kafka_resp_err_t err)
 		err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
+/*
+ * What a message that timed out while Kafka was unreachable failed with:
+ * librdkafka's "Message timed out" and the error that made Kafka
+ * unreachable (a wrong password, an untrusted certificate...), so that
+ * outbox_status.last_error keeps saying why. Lives as long as the process,
+ * as the events pointing to it may outlive their producer.
+ */
+static char timed_out_error[600];
+
 static void
 record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 {
@@ -180,6 +192,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 	OutboxEvent *event = (OutboxEvent *) message->_private;
 
 	record_outcome(event, message->err);
+	if (message->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
+		event->error = timed_out_error;
 	producer->in_flight--;
 	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
@@ -197,10 +211,15 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
 
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+	{
+		producer->kafka_down = true;
+		/* the error that brought them down says more */
+		if (producer->last_error != RD_KAFKA_RESP_ERR_NO_ERROR)
+			return;
+	}
 	producer->last_error = (rd_kafka_resp_err_t) err;
 	strlcpy(producer->last_reason, reason, sizeof(producer->last_reason));
-	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
-		producer->kafka_down = true;
 }
 
 /*
@@ -806,10 +825,38 @@ outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports)
 	claim_reports(producer, reports);
 }
 
-bool
-outbox_producer_is_fatal(OutboxProducer *producer)
+/*
+ * Fatal errors for which no message is to blame: Kafka refused the
+ * producer its id (not authorized to write anywhere, or no idempotence).
+ */
+static bool
+refuses_producer(rd_kafka_resp_err_t err)
 {
-	return rd_kafka_fatal_error(producer->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
+	return err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
+		err == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE;
+}
+
+/*
+ * The producer's fatal error, if it has one (NULL if not): librdkafka's
+ * reason, and in *whole whether Kafka refused the producer as a whole.
+ */
+char *
+outbox_producer_fatal(OutboxProducer *producer, bool *whole)
+{
+	char		reason[512];
+	rd_kafka_resp_err_t err = rd_kafka_fatal_error(producer->rk, reason, sizeof(reason));
+
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return NULL;
+	*whole = refuses_producer(err);
+	return pstrdup(reason);
+}
+
+/* True if Kafka refused the producer as a whole (see above). */
+bool
+outbox_producer_refused(OutboxProducer *producer)
+{
+	return refuses_producer(rd_kafka_fatal_error(producer->rk, NULL, 0));
 }
 
 /*
@@ -828,7 +875,13 @@ outbox_producer_report_state(OutboxProducer *producer)
 						producer->last_reason),
 				 errdetail("librdkafka error %s. Events Kafka did not acknowledge stay in the outbox and are sent again.",
 						   rd_kafka_err2name(err))));
-		outbox_stats_error(producer->last_reason);
+		/* "all brokers are down" must not hide why they are */
+		if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || !producer->unreachable)
+		{
+			outbox_stats_error(producer->last_reason);
+			snprintf(timed_out_error, sizeof(timed_out_error), "%s (Kafka unreachable: %s)",
+					 rd_kafka_err2str(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT), producer->last_reason);
+		}
 		producer->logged_error = err;
 		producer->unreachable = true;
 	}
@@ -869,6 +922,7 @@ typedef struct BrokerSeen
 	double		nodeid;
 	char		nodename[128];
 	char		state[16];
+	char		source[16];		/* "configured": a bootstrap address */
 	double		waitresp_cnt;
 	double		rtt_avg;
 	double		rtt_cnt;
@@ -900,7 +954,16 @@ take_in_broker(OutboxProducer *producer, const BrokerSeen *seen)
 	OutboxBrokerInfo *info;
 
 	if (seen->nodeid < 0)
+	{
+		/* not librdkafka's internal broker: one of outbox.brokers */
+		if (strcmp(seen->source, "configured") != 0)
+			return;
+		if (strcmp(seen->state, "UP") == 0)
+			producer->bootstrap_up = true;
+		else if (strcmp(seen->state, "DOWN") == 0)
+			producer->bootstrap_tried = true;
 		return;
+	}
 	info = known_broker(producer, seen->nodename);
 	if (info == NULL)
 		return;
@@ -978,6 +1041,8 @@ brokers_scalar(void *state, char *token, JsonTokenType tokentype)
 			strlcpy(seen->nodename, token, sizeof(seen->nodename));
 		else if (string && strcmp(parse->field, "state") == 0)
 			strlcpy(seen->state, token, sizeof(seen->state));
+		else if (string && strcmp(parse->field, "source") == 0)
+			strlcpy(seen->source, token, sizeof(seen->source));
 	}
 	else if (parse->depth == 3 && parse->in_rtt && parse->rtt_field != NULL && number)
 	{
@@ -1058,12 +1123,19 @@ take_in_and_free(OutboxProducer *producer, char *text)
 /*
  * Kafka is unreachable when brokers were tried and none is up. A broker in
  * INIT was never needed, or went back there after its connection was lost
- * (librdkafka's sparse connections): only the latter says something.
+ * (librdkafka's sparse connections): only the latter says something. A
+ * producer that never got past the bootstrap addresses (a wrong password,
+ * an untrusted certificate) knows no broker yet: those addresses say, and
+ * between two attempts (back in INIT) librdkafka's "all brokers down".
  */
 static bool
 brokers_all_down(OutboxProducer *producer)
 {
 	bool		tried = false;
+
+	if (producer->nbrokers == 0)
+		return !producer->bootstrap_up &&
+			(producer->bootstrap_tried || producer->kafka_down);
 
 	for (int i = 0; i < producer->nbrokers; i++)
 	{
@@ -1089,6 +1161,7 @@ outbox_producer_publish_brokers(OutboxProducer *producer)
 		return;
 	memcpy(pending, producer->statistics, sizeof(char *) * npending);
 	producer->nstatistics = 0;
+	producer->bootstrap_tried = producer->bootstrap_up = false;
 	for (int i = 0; i < npending; i++)
 		take_in_and_free(producer, pending[i]);
 	producer->kafka_down = brokers_all_down(producer);

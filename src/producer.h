@@ -47,7 +47,8 @@ extern void outbox_producer_purge_queued(OutboxProducer *producer);
 /* Fails everything queued or in flight and serves the reports. */
 extern void outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports);
 
-extern bool outbox_producer_is_fatal(OutboxProducer *producer);
+extern char *outbox_producer_fatal(OutboxProducer *producer, bool *whole);
+extern bool outbox_producer_refused(OutboxProducer *producer);
 extern void outbox_producer_report_state(OutboxProducer *producer);
 extern bool outbox_producer_kafka_down(OutboxProducer *producer);
 extern void outbox_producer_publish_brokers(OutboxProducer *producer);

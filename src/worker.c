@@ -95,6 +95,8 @@ typedef struct WorkerState
 	TimestampTz next_read_at;	/* read then even if no commit wakes us */
 	int			pass_failures;	/* passes in a row that raised an error */
 	int			kafka_failures; /* drains in a row Kafka took nothing of */
+	bool		producer_refused;	/* Kafka refused a producer as a whole,
+									 * nothing delivered since */
 	TimestampTz backoff_until;	/* no read or settle before */
 	WaitReason	logged_wait;	/* so each wait is logged once */
 	MemoryContext pass_context; /* what a pass allocates outside the window */
@@ -213,7 +215,15 @@ reload_settings(WorkerState *st)
 	ProcessConfigFile(PGC_SIGHUP);
 	if (st->producer != NULL && !st->rebuild_producer &&
 		outbox_producer_outdated(st->producer))
+	{
 		st->rebuild_producer = true;
+		/* new settings may be what Kafka waited for (a password, a CA) */
+		if (st->kafka_failures > 0)
+		{
+			st->kafka_failures = 0;
+			st->backoff_until = 0;
+		}
+	}
 	st->read_wanted = true;
 }
 
@@ -289,6 +299,8 @@ static void
 serve_reports(WorkerState *st)
 {
 	OutboxReports reports = {0};
+	char	   *reason;
+	bool		whole = false;
 
 	if (st->producer == NULL)
 		return;
@@ -296,10 +308,20 @@ serve_reports(WorkerState *st)
 	outbox_window_reported(st->window, &reports);
 	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
 		start_rewind(st);
-	if (!st->rebuild_producer && outbox_producer_is_fatal(st->producer))
+	if (!st->rebuild_producer &&
+		(reason = outbox_producer_fatal(st->producer, &whole)) != NULL)
 	{
-		ereport(LOG, (errmsg("%s: the Kafka producer failed, rebuilding it", worker_name)));
+		ereport(LOG, (errmsg("%s: the Kafka producer failed, rebuilding it", worker_name),
+					  errdetail("%s", reason)));
+		outbox_stats_error(reason);
 		st->rebuild_producer = true;
+		/* refused as a whole: a new one at once would be refused at once */
+		if (whole)
+		{
+			st->producer_refused = true;
+			st->kafka_failures++;
+			back_off(st);
+		}
 	}
 }
 
@@ -334,7 +356,9 @@ give_up_late_reports(WorkerState *st)
 
 /*
  * When Kafka is down (no broker up) and said "later" for every event that
- * failed, with nothing delivered or refused: keep the rows untouched and
+ * failed, with nothing delivered or refused, or when it refused the
+ * producer itself (not authorized to write anywhere: its events' own
+ * refusals blame none of them): keep the rows untouched and
  * read them again, in order, after a back-off, instead of writing a retry
  * time on each row. A partition without a leader, with the brokers up, is
  * not that: its events record their failure and wait, holding back only
@@ -343,23 +367,31 @@ give_up_late_reports(WorkerState *st)
 static bool
 kafka_unavailable(WorkerState *st, OutboxEvent **events, int n)
 {
-	int			retriable = 0;
+	int			failed = 0;
 
-	if (st->producer != NULL && !outbox_producer_kafka_down(st->producer))
+	/*
+	 * Kafka refused the producer itself: its events' refusals say nothing
+	 * of them. (A refusal reported before the producer's can still count
+	 * one attempt; from then on none does, until something is delivered.)
+	 */
+	bool		refused = st->producer_refused ||
+		(st->producer != NULL && outbox_producer_refused(st->producer));
+
+	if (st->producer != NULL && !refused && !outbox_producer_kafka_down(st->producer))
 		return false;
 	for (int i = 0; i < n; i++)
 	{
 		EventOutcome outcome = events[i]->outcome;
 
-		if (outcome == EVENT_DELIVERED || outcome == EVENT_FAILED_PERMANENT)
+		if (outcome == EVENT_DELIVERED || (outcome == EVENT_FAILED_PERMANENT && !refused))
 			return false;
-		if (outcome == EVENT_FAILED_RETRIABLE)
-			retriable++;
+		if (outbox_event_failed(events[i]))
+			failed++;
 	}
-	if (retriable == 0)
+	if (failed == 0)
 		return false;
 	for (int i = 0; i < n; i++)
-		if (events[i]->outcome == EVENT_FAILED_RETRIABLE)
+		if (outbox_event_failed(events[i]))
 			events[i]->outcome = EVENT_NOT_SENT;
 	return true;
 }
@@ -462,7 +494,10 @@ settle(WorkerState *st)
 						worker_name)));
 	st->cursor = Min(st->cursor, lowest_to_read_again(events, n));
 	if (any_delivered(events, n))
+	{
 		st->kafka_failures = 0;
+		st->producer_refused = false;
+	}
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
 
 	if (st->rewinding && outbox_window_failed(st->window) == 0 &&
