@@ -495,18 +495,21 @@ outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
 }
 
 /*
- * Worker: whether its database has the extension. Without, it exits and
- * is not started again until the launcher hears of one; with, the
- * launcher starts the database's other shards.
+ * Worker: whether its database has the extension, as a look that started
+ * at looked_at saw it. Without, it exits and is not started again until
+ * the launcher hears of one; with, the launcher starts the database's
+ * other shards. The time is the look's start, not its end: a CREATE
+ * EXTENSION the launcher heard of after then may have committed after the
+ * look's snapshot, so the launcher looks again at once.
  */
 void
-outbox_worker_found_extension(int i, bool found)
+outbox_worker_found_extension(int i, bool found, TimestampTz looked_at)
 {
 	SpinLockAcquire(&shared->mutex);
 	if (slots[i].info.generation == my_generation)
 	{
 		slots[i].info.state = found ? SLOT_DELIVERING : SLOT_NO_EXTENSION;
-		slots[i].info.since = GetCurrentTimestamp();
+		slots[i].info.since = looked_at;
 	}
 	SpinLockRelease(&shared->mutex);
 	if (found)

@@ -54,7 +54,7 @@ extern OutboxWorkerInfo outbox_worker_info(int i);
 extern uint32 outbox_reserve_worker_slot(int i, Oid dboid, int shard);
 extern bool outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state);
 extern bool outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard);
-extern void outbox_worker_found_extension(int i, bool found);
+extern void outbox_worker_found_extension(int i, bool found, TimestampTz looked_at);
 
 /* the launcher's inbox and database pauses */
 extern void outbox_launcher_attach(void);

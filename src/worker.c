@@ -147,6 +147,7 @@ static void
 look_for_extension(WorkerState *st)
 {
 	bool		found;
+	TimestampTz looked_at = GetCurrentTimestamp();
 
 	if (st->extension_checked && !st->extension_gone)
 		return;
@@ -154,7 +155,7 @@ look_for_extension(WorkerState *st)
 		return;
 	found = outbox_extension_exists();
 	st->extension_gone = !found;
-	outbox_worker_found_extension(st->slot, found);
+	outbox_worker_found_extension(st->slot, found, looked_at);
 	st->exit_now = !found;
 	if (found && !st->extension_checked)
 		ereport(LOG,
