@@ -87,6 +87,7 @@ struct OutboxProducer
 	/* what the statistics said of each broker, rtt as last measured */
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
 	bool		broker_was_up[OUTBOX_MAX_BROKERS];
+	bool		broker_seen[OUTBOX_MAX_BROKERS];	/* in the last statistics */
 	int			nbrokers;
 	/* the bootstrap addresses, as of the last statistics */
 	bool		bootstrap_tried;	/* one is DOWN */
@@ -968,6 +969,7 @@ take_in_broker(OutboxProducer *producer, const BrokerSeen *seen)
 	if (info == NULL)
 		return;
 	strlcpy(info->state, seen->state, sizeof(info->state));
+	producer->broker_seen[info - producer->brokers] = true;
 	if (strcmp(info->state, "UP") == 0)
 		producer->broker_was_up[info - producer->brokers] = true;
 	info->in_flight = (int64) seen->waitresp_cnt;
@@ -1126,19 +1128,27 @@ take_in_and_free(OutboxProducer *producer, char *text)
  * (librdkafka's sparse connections): only the latter says something. A
  * producer that never got past the bootstrap addresses (a wrong password,
  * an untrusted certificate) knows no broker yet: those addresses say, and
- * between two attempts (back in INIT) librdkafka's "all brokers down".
+ * between two attempts (back in INIT) librdkafka's "all brokers down". So
+ * does one whose brokers librdkafka forgot (2.14 re-bootstraps after they
+ * were all down): only the brokers of the last statistics count.
  */
 static bool
 brokers_all_down(OutboxProducer *producer)
 {
 	bool		tried = false;
+	int			seen = 0;
 
-	if (producer->nbrokers == 0)
+	for (int i = 0; i < producer->nbrokers; i++)
+		seen += producer->broker_seen[i];
+	if (seen == 0)
 		return !producer->bootstrap_up &&
 			(producer->bootstrap_tried || producer->kafka_down);
 
 	for (int i = 0; i < producer->nbrokers; i++)
 	{
+		/* gone from the statistics: librdkafka forgot it (re-bootstrap) */
+		if (!producer->broker_seen[i])
+			continue;
 		if (strcmp(producer->brokers[i].state, "UP") == 0)
 			return false;
 		if (strcmp(producer->brokers[i].state, "INIT") != 0 || producer->broker_was_up[i])
@@ -1162,6 +1172,7 @@ outbox_producer_publish_brokers(OutboxProducer *producer)
 	memcpy(pending, producer->statistics, sizeof(char *) * npending);
 	producer->nstatistics = 0;
 	producer->bootstrap_tried = producer->bootstrap_up = false;
+	memset(producer->broker_seen, 0, sizeof(producer->broker_seen));
 	for (int i = 0; i < npending; i++)
 		take_in_and_free(producer, pending[i]);
 	producer->kafka_down = brokers_all_down(producer);
