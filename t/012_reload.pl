@@ -181,10 +181,15 @@ cmp_ok($old_way, '>=', 1, 'the old way: the reload writes the password into the 
 $offset = -s $node->logfile;
 reload_with($node, "outbox.kafka_config = '$new_config'");
 ok(rebuilt_for($offset, 'sasl.password'), 'without the password the producers are rebuilt');
+ok(deliver_some('no_password'), 'the producers rebuilt without the password deliver');
 
 # The secrets file: rebuilt for the changed properties, by name only.
 for my $secret ('NEWWAY-SECRET-2', 'NEWWAY-SECRET-3')
 {
+	# A worker builds its new producer at its next read (poll_interval is
+	# 900 ms): one that had not yet would build it from the file written
+	# next, and have no change to log.
+	sleep 2;
 	$offset = -s $node->logfile;
 	write_secrets("linger.ms = 2\nsasl.username = outbox\nsasl.password = $secret\n");
 	$node->reload;
