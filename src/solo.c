@@ -22,28 +22,39 @@
 static int64 *solo_ids;
 static int	solo_count;
 
+static int
+solo_index(int64 id)
+{
+	for (int i = 0; i < solo_count; i++)
+		if (solo_ids[i] == id)
+			return i;
+	return -1;
+}
+
 void
 outbox_solo_remember(int64 id)
 {
 	if (solo_ids == NULL)
 		solo_ids = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * SOLO_MAX);
-	for (int i = 0; i < solo_count; i++)
-		if (solo_ids[i] == id)
-			return;
+	if (solo_index(id) >= 0)
+		return;
 	if (solo_count < SOLO_MAX)
 		solo_ids[solo_count++] = id;
 }
 
-/* Whether event id is to be sent alone; it is forgotten if so. */
+/* Whether event id is to be sent alone. */
 bool
-outbox_solo_take(int64 id)
+outbox_solo_wanted(int64 id)
 {
-	for (int i = 0; i < solo_count; i++)
-	{
-		if (solo_ids[i] != id)
-			continue;
+	return solo_count > 0 && solo_index(id) >= 0;
+}
+
+/* Event id goes alone now: it is forgotten. */
+void
+outbox_solo_forget(int64 id)
+{
+	int			i = solo_index(id);
+
+	if (i >= 0)
 		solo_ids[i] = solo_ids[--solo_count];
-		return true;
-	}
-	return false;
 }

@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 extern void outbox_solo_remember(int64 id);
-extern bool outbox_solo_take(int64 id);
+extern bool outbox_solo_wanted(int64 id);
+extern void outbox_solo_forget(int64 id);
 
 #endif							/* OUTBOX_SOLO_H */

@@ -523,15 +523,13 @@ settle(WorkerState *st)
 static bool
 stops_for_solo(WorkerState *st, OutboxEvent *event)
 {
-	if (!outbox_solo_take(event->id))
+	if (!outbox_solo_wanted(event->id))
 		return false;
 	st->solo_pending = true;
 	st->read_wanted = true;
 	if (outbox_window_in_flight(st->window) > 0)
-	{
-		outbox_solo_remember(event->id);
 		return true;
-	}
+	outbox_solo_forget(event->id);
 	event->alone = true;
 	return false;
 }
