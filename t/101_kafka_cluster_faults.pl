@@ -14,7 +14,7 @@ use Time::HiRes qw(time sleep);
 
 my $shards = 2;
 my $window = 10000;
-my $cluster = start_real_kafka(topics => [ 'rolling:6', 'down:6' ]);
+my $cluster = start_real_kafka(topics => [ 'rolling:6', 'down:6', 'down_marker:1' ]);
 my $node = new_outbox_node('cluster_faults', $cluster, shards => $shards);
 
 fault_under_load($node, $cluster, 'rolling restart', topic => 'rolling', first => 1,
@@ -31,10 +31,14 @@ fault_under_load($node, $cluster, 'rolling restart', topic => 'rolling', first =
 });
 
 my $offset = -s $node->logfile;
+# a longer load (30 s at least), so that the outage falls inside it
 fault_under_load($node, $cluster, 'whole cluster down 20 s', topic => 'down', first => 11,
-	per_session => 600, bound => $window * $shards, fault => sub {
+	per_session => 1500, bound => $window * $shards, fault => sub {
 	$cluster->kill_broker($_) for 1 .. 3;
 	my $down = time;
+	# the load may have ended already on a slow machine: an event
+	# committed now is one the outage must keep waiting
+	$node->safe_psql('postgres', "SELECT outbox_send('down_marker', 'during the outage')");
 	sleep 8;
 	my $pending = $node->safe_psql('postgres', 'SELECT count(*) FROM outbox');
 	ok($pending > 0, 'events wait in the outbox while the cluster is down');
@@ -49,6 +53,8 @@ fault_under_load($node, $cluster, 'whole cluster down 20 s', topic => 'down', fi
 		$restarted - $down, $pending, $up - $restarted);
 });
 
+is(join(',', map { $_->{value} } @{ consume($cluster, 'down_marker') }), 'during the outage',
+	'the event committed during the outage arrives once');
 my $errors = log_count($node, qr/Kafka error/, $offset);
 diag("FIGURES whole cluster down: 'Kafka error' log lines=$errors");
 ok($errors >= 1, 'the outage is logged');

@@ -484,16 +484,20 @@ sub tool
 }
 
 # create_topic(name, partitions => 3, config => {key => value}) and waits
-# until its partitions have leaders and full ISRs.
+# until its partitions have leaders and full ISRs. assignment => [[1,2,3],
+# ...] places partition i's replicas instead, the first one its leader.
 sub create_topic
 {
 	my ($self, $topic, %o) = @_;
 	my %config = %{ $o{config} // {} };
+	my @placement = $o{assignment}
+	  ? ('--replica-assignment', join(',', map { join(':', @$_) } @{ $o{assignment} }))
+	  : ('--partitions', $o{partitions} // 3, '--replication-factor', $o{replication} // 3);
 	$self->tool('org.apache.kafka.tools.TopicCommand', '--bootstrap-server', $self->bootstrap,
-		'--create', '--topic', $topic, '--partitions', $o{partitions} // 3,
-		'--replication-factor', $o{replication} // 3,
+		'--create', '--topic', $topic, @placement,
 		map { ('--config', "$_=$config{$_}") } sort keys %config);
-	$self->wait_topic($topic, $o{replication} // 3) or die "topic $topic has no leaders";
+	my $replicas = $o{assignment} ? scalar @{ $o{assignment}[0] } : $o{replication} // 3;
+	$self->wait_topic($topic, $replicas) or die "topic $topic has no leaders";
 }
 
 # Grants $principal (User:NAME) $operation on topic $topic via AclCommand.

@@ -325,10 +325,12 @@ sub pause_delivery
 
 # A session holding a SHARE lock on the outbox: the workers can read it,
 # but their DELETE of acknowledged events waits (and so does outbox_send).
+# With $mode 'ACCESS EXCLUSIVE' their reads wait too.
 sub start_locker
 {
-	my ($node) = @_;
-	my ($in, $out, $err) = ("BEGIN;\nLOCK TABLE outbox IN SHARE MODE;\n"
+	my ($node, $mode) = @_;
+	$mode //= 'SHARE';
+	my ($in, $out, $err) = ("BEGIN;\nLOCK TABLE outbox IN $mode MODE;\n"
 		  . "SELECT 'locked';\nSELECT pg_sleep(120);\nCOMMIT;\n", '', '');
 	my $h = IPC::Run::start([ 'psql', '-X', '-d', $node->connstr('postgres'), '-f', '-' ],
 		\$in, \$out, \$err, IPC::Run::timeout(180));
@@ -350,12 +352,15 @@ sub release_locker
 # Every message of a topic, read with kcat from the beginning of each
 # partition: [{partition, offset, key, value, headers => {..}, id, size,
 # timestamp}]; size is the value's length, -1 for a null value (which kcat
-# prints as an empty one), timestamp the record's, in ms.
+# prints as an empty one), timestamp the record's, in ms. With $count, at
+# most that many: kcat stops at the end of a partition only while nothing
+# new arrives there, so a full read under load lasts as long as the load.
 sub consume
 {
-	my ($broker, $topic) = @_;
+	my ($broker, $topic, $count) = @_;
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q',
+	my @count = $count ? ('-c', $count) : ();
+	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q', @count,
 		'-f', '%p\t%o\t%k\t%S\t%T\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout(120))
 	  or die "kcat failed: $err";
@@ -465,7 +470,7 @@ sub fault_under_load
 	my ($node, $kafka, $label, %o) = @_;
 	my $load = start_load($node, sessions => 3, per_session => $o{per_session} // 400,
 		keys => 5, topic => $o{topic}, first_session => $o{first}, sleep => 0.02);
-	ok(wait_until(60, sub { @{ consume($kafka, $o{topic}) } >= 50 }),
+	ok(wait_until(60, sub { @{ consume($kafka, $o{topic}, 50) } >= 50 }),
 		"$label: delivery flows before the fault");
 	my $figures = $o{fault}->();
 	wait_load($load);
@@ -493,7 +498,12 @@ sub check_delivery
 		if ($seen{ $m->{value} }++) { $duplicates++; next; }
 		# order by first arrival: a re-sent duplicate is not a violation
 		my $k = $c->{key};
-		$violations++ if defined $last_seq{$k} && $c->{seq} < $last_seq{$k};
+		if (defined $last_seq{$k} && $c->{seq} < $last_seq{$k})
+		{
+			diag("order violation: key $k seq $c->{seq} first at partition $m->{partition}"
+				  . " offset $m->{offset}, after seq $last_seq{$k}") if $violations < 5;
+			$violations++;
+		}
 		$last_seq{$k} = $c->{seq};
 		$moved++ if defined $partition_of{$k} && $partition_of{$k} != $m->{partition};
 		$partition_of{$k} = $m->{partition};
