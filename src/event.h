@@ -43,6 +43,7 @@ typedef struct OutboxEvent
 								 * headers, topic, and librdkafka's copies */
 	int			attempts;		/* refusals counted so far */
 	EventOutcome outcome;
+	TimestampTz produced_at;	/* when it was last handed to librdkafka */
 	TimestampTz acked_at;		/* when Kafka acknowledged it (DELIVERED) */
 	const char *error;			/* set with a FAILED outcome */
 	bool		alone;			/* produced with nothing else in flight */

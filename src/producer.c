@@ -64,7 +64,15 @@ typedef struct ConfBuild
 {
 	rd_kafka_conf_t *conf;
 	StringInfoData applied;
+	int			timeout_ms;		/* the user's message.timeout.ms */
 } ConfBuild;
+
+/*
+ * librdkafka times a message out message.timeout.ms after the worker
+ * would, and at least this much: a worker kept from its loop (by a lock,
+ * say) for less still times out the events of a partition together.
+ */
+#define LIBRDKAFKA_TIMEOUT_MARGIN_MS 2000
 
 struct OutboxProducer
 {
@@ -75,6 +83,9 @@ struct OutboxProducer
 	HTAB	   *topics;			/* TopicHandle by name */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
+	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
+	TimestampTz timed_out_before;	/* purged events produced before it
+									 * timed out (outbox_producer_time_out) */
 	OutboxReports unclaimed;	/* reports served, not yet handed out */
 	rd_kafka_resp_err_t last_error;	/* from error_cb, not yet logged */
 	char		last_reason[512];
@@ -191,9 +202,13 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
 	OutboxEvent *event = (OutboxEvent *) message->_private;
+	rd_kafka_resp_err_t err = message->err;
 
-	record_outcome(event, message->err);
-	if (message->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
+	/* withdrawn because it timed out: said as librdkafka would */
+	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && event->produced_at <= producer->timed_out_before)
+		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+	record_outcome(event, err);
+	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
 		event->error = timed_out_error;
 	producer->in_flight--;
 	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -368,6 +383,28 @@ fit_topic_wait_to_timeout(ConfBuild *build, char **error)
 }
 
 /*
+ * librdkafka times messages out one at a time: when one times out while
+ * the next of its partition is still queued, that next one goes out first
+ * as soon as a leader answers, and its key's order is gone. So the worker
+ * keeps message.timeout.ms for itself (outbox_producer_time_out withdraws
+ * everything queued at once) and gives librdkafka a longer one, which only
+ * ever ends what was sent and has nothing of its partition queued behind.
+ */
+static bool
+take_over_message_timeout(ConfBuild *build, char **error)
+{
+	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
+	char		value[32];
+
+	build->timeout_ms = (int) Max(timeout_ms, 0);
+	if (timeout_ms <= 0)
+		return true;
+	snprintf(value, sizeof(value), "%ld",
+			 Min(timeout_ms + Max(timeout_ms, LIBRDKAFKA_TIMEOUT_MARGIN_MS), (long) PG_INT32_MAX));
+	return conf_set(build, "message.timeout.ms", value, error);
+}
+
+/*
  * Sets every property the producer gets from the settings: those the
  * worker derives, then outbox.kafka_config, then the secrets file.
  */
@@ -415,7 +452,9 @@ set_properties(ConfBuild *build, const char *client_id, char **error)
 		return false;
 	if (!outbox_apply_kafka_config_file(outbox_kafka_config_file, build, set_user_property, error))
 		return false;
-	return fit_topic_wait_to_timeout(build, error);
+	if (!fit_topic_wait_to_timeout(build, error))
+		return false;
+	return take_over_message_timeout(build, error);
 }
 
 /*
@@ -516,6 +555,7 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 		return NULL;
 	}
 	producer->settings = MemoryContextStrdup(TopMemoryContext, build.applied.data);
+	producer->timeout_ms = build.timeout_ms;
 	pfree(build.applied.data);
 	set_callbacks(build.conf, producer);
 	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.conf, errstr, sizeof(errstr));
@@ -771,6 +811,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		rd_kafka_poll(producer->rk, 10);
 	}
 	event->outcome = EVENT_IN_FLIGHT;
+	event->produced_at = GetCurrentTimestamp();
 	producer->in_flight++;
 	return true;
 }
@@ -813,6 +854,19 @@ outbox_producer_wait_fd(OutboxProducer *producer)
 void
 outbox_producer_purge_queued(OutboxProducer *producer)
 {
+	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
+int
+outbox_producer_timeout_ms(OutboxProducer *producer)
+{
+	return producer->timeout_ms;
+}
+
+void
+outbox_producer_time_out(OutboxProducer *producer, TimestampTz produced_before)
+{
+	producer->timed_out_before = produced_before;
 	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
 

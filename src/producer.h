@@ -44,6 +44,14 @@ extern int	outbox_producer_wait_fd(OutboxProducer *producer);
 /* Fails what was not yet sent: nothing queued behind a failure goes out. */
 extern void outbox_producer_purge_queued(OutboxProducer *producer);
 
+/*
+ * message.timeout.ms as the user set it (0: none), which the worker
+ * enforces: time_out fails what was not yet sent, like purge_queued, the
+ * events produced before produced_before as timed out.
+ */
+extern int	outbox_producer_timeout_ms(OutboxProducer *producer);
+extern void outbox_producer_time_out(OutboxProducer *producer, TimestampTz produced_before);
+
 /* Fails everything queued or in flight and serves the reports. */
 extern void outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports);
 

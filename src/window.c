@@ -246,6 +246,29 @@ outbox_window_produced(OutboxWindow *window, OutboxEvent *event)
 	window->in_flight++;
 }
 
+/*
+ * Reads are produced in the order they were read, so the first event in
+ * flight is the oldest: one sent alone later (solo.c) went out with
+ * nothing else in flight, and everything in flight since is younger.
+ */
+TimestampTz
+outbox_window_oldest_in_flight(OutboxWindow *window)
+{
+	dlist_iter	iter;
+
+	if (window->in_flight == 0)
+		return 0;
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+			if (chunk->batch.events[i].outcome == EVENT_IN_FLIGHT)
+				return chunk->batch.events[i].produced_at;
+	}
+	return 0;
+}
+
 void
 outbox_window_refused(OutboxWindow *window, OutboxEvent *event)
 {

@@ -48,6 +48,9 @@ extern void outbox_window_reported(OutboxWindow *window, const OutboxReports *re
 extern void outbox_window_abandon(OutboxWindow *window, const char *why);
 
 extern int	outbox_window_in_flight(OutboxWindow *window);
+
+/* When the oldest event in flight was produced, 0 if none is. */
+extern TimestampTz outbox_window_oldest_in_flight(OutboxWindow *window);
 extern int	outbox_window_failed(OutboxWindow *window);
 extern bool outbox_window_is_empty(OutboxWindow *window);
 

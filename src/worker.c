@@ -296,6 +296,42 @@ start_rewind(WorkerState *st)
 							 worker_name, outbox_window_in_flight(st->window))));
 }
 
+/* When the oldest event in flight reaches message.timeout.ms, 0 if never. */
+static TimestampTz
+in_flight_deadline(WorkerState *st)
+{
+	int			timeout_ms;
+	TimestampTz oldest;
+
+	if (st->producer == NULL || (timeout_ms = outbox_producer_timeout_ms(st->producer)) == 0)
+		return 0;
+	oldest = outbox_window_oldest_in_flight(st->window);
+	return oldest == 0 ? 0 : TimestampTzPlusMilliseconds(oldest, timeout_ms);
+}
+
+/*
+ * The worker, not librdkafka, times out what it produced (producer.c says
+ * why): all that is still queued fails at once, the events produced
+ * message.timeout.ms ago as timed out, so nothing produced after them goes
+ * out before them; the rewind waits for what was sent.
+ */
+static void
+time_out_in_flight(WorkerState *st)
+{
+	TimestampTz deadline;
+	TimestampTz now;
+
+	if (st->rewinding || draining(st) || (deadline = in_flight_deadline(st)) == 0 ||
+		(now = GetCurrentTimestamp()) < deadline)
+		return;
+	outbox_producer_time_out(st->producer,
+							 TimestampTzPlusMilliseconds(now, -outbox_producer_timeout_ms(st->producer)));
+	st->rewinding = true;
+	ereport(DEBUG1,
+			(errmsg_internal("%s: events in flight timed out, rewinding once %d event(s) sent are reported",
+							 worker_name, outbox_window_in_flight(st->window))));
+}
+
 static void
 serve_reports(WorkerState *st)
 {
@@ -802,6 +838,7 @@ deliver(WorkerState *st)
 	if (st->exit_now)
 		return;
 	serve_reports(st);
+	time_out_in_flight(st);
 	if (draining(st))
 		give_up_late_reports(st);
 	if (settle_due(st))
@@ -944,6 +981,7 @@ idle_ms(WorkerState *st)
 {
 	long		ms = LOOK_AROUND_MS;
 	TimestampTz since;
+	TimestampTz deadline;
 	int64		bytes;
 
 	/* a stop waits for nothing once the window is empty */
@@ -963,6 +1001,8 @@ idle_ms(WorkerState *st)
 		ms = Min(ms, ms_until(st->backoff_until));
 	if (st->drain_deadline != 0)
 		ms = Min(ms, ms_until(st->drain_deadline));
+	if (!st->rewinding && !draining(st) && (deadline = in_flight_deadline(st)) != 0)
+		ms = Min(ms, ms_until(deadline));
 	return Max(ms, 0);
 }
 
