@@ -3,8 +3,8 @@
 # and the default outbox.window_bytes (64MB), 2000 events of 1 MB each are
 # sent while delivery is paused, then delivered by one worker. Its private
 # resident memory (RssAnon in /proc/PID/status, sampled every 100 ms while
-# it drains) must stay under 256 MB (the README promises about
-# 2 x window_bytes + 10 MB), its peak resident memory VmHWM (which a sample
+# it drains) must stay under 256 MB (docs/settings.md, outbox.window_bytes,
+# promises about 2-3 x window_bytes), its peak resident memory VmHWM (which a sample
 # cannot miss, but which counts the shared buffers it touched too) under
 # 256 MB + shared_buffers, and all 2000 events must reach Kafka. Done once
 # with message_format = payload and once with envelope.

@@ -2,7 +2,7 @@
 # busiest partitions killed (SIGKILL, so Kafka elects new leaders from the
 # ISR), and a broker paused (SIGSTOP) for longer than the request timeout,
 # which the controller fences. Each: nothing lost, nothing rolled back
-# sent, per-key order kept, duplicates within the README's bound.
+# sent, per-key order kept, duplicates within docs/guarantees.md's bound.
 use strict;
 use warnings;
 use FindBin;

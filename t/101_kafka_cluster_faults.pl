@@ -2,7 +2,7 @@
 # all three brokers (each stopped with a controlled shutdown, started, and
 # back in the ISR before the next), and every broker killed for 20 s.
 # Each: nothing lost, nothing rolled back sent, per-key order kept,
-# duplicates within the README's bound; the outage is logged, once-ish.
+# duplicates within docs/guarantees.md's bound; the outage is logged, once-ish.
 use strict;
 use warnings;
 use FindBin;

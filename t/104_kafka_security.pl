@@ -1,4 +1,4 @@
-# The Production guide's TLS and SASL set-ups, as the README writes them,
+# The Production guide's TLS and SASL set-ups, as docs/operations.md writes them,
 # against a real three-broker Kafka cluster (t/KafkaCluster.pm): SASL_SSL
 # with SCRAM-SHA-512 (the credentials in outbox.kafka_config_file), and
 # mutual TLS with an encrypted private key (its password in that file).
@@ -82,7 +82,7 @@ copy_private($cluster->ca_file, "$etc/ca.pem");
 
 # The guide's outbox.kafka_config lines, with the tests' shorter Kafka
 # timeouts after them (the production defaults only make a failure wait
-# longer: see the README's note on message.timeout.ms).
+# longer: see message.timeout.ms in docs/settings.md and docs/guarantees.md).
 my $sasl_config = "security.protocol=SASL_SSL,sasl.mechanisms=SCRAM-SHA-512,"
   . "ssl.ca.location=$etc/ca.pem,ssl.endpoint.identification.algorithm=https";
 sub tls_config

@@ -6,7 +6,7 @@
 #  - a topic it may DESCRIBE but not WRITE: the produce request is
 #    refused, which the idempotent producer's gap-less guarantee turns into
 #    a fatal error of the whole producer.
-# What the README promises for both: the refused event counts attempts and
+# What docs/guarantees.md promises for both: the refused event counts attempts and
 # becomes a dead letter after outbox.max_attempts (not authorized is an
 # operator's decision, not a passing state), later events of its key wait
 # behind it, everything else keeps flowing, nothing is lost; after a
