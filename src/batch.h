@@ -43,9 +43,9 @@ extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
  * Deletes the delivered events of a list and records the failed ones (retry
  * times, dead letters), in one transaction; events of another extension
  * than the current one (dropped since) are left alone. Returns false if
- * that extension is gone.
+ * that extension is gone. who: the worker, for the log.
  */
-extern bool outbox_settle_events(OutboxEvent **events, int nevents,
+extern bool outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 								 Oid extension_oid, int shard);
 
 extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at,

@@ -13,7 +13,8 @@
 #include "compat.h"
 #include "message.h"
 #include "settings.h"
-#include "shmem.h"
+#include "registry.h"
+#include "slots.h"
 #include "tracing.h"
 
 #include "access/genam.h"
@@ -203,7 +204,7 @@ warn_if_not_delivered(void)
 		return;
 	warned_not_delivered = true;
 
-	if (!outbox_shmem_available())
+	if (!outbox_slots_available())
 	{
 		ereport(WARNING,
 				(errmsg("outbox is not in shared_preload_libraries: no worker will deliver this event"),

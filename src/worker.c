@@ -32,7 +32,7 @@
 #include "lag_alert.h"
 #include "session.h"
 #include "settings.h"
-#include "shmem.h"
+#include "slots.h"
 #include "solo.h"
 #include "stats.h"
 #include "window.h"
@@ -72,7 +72,7 @@ typedef enum WaitReason
 
 typedef struct WorkerState
 {
-	int			slot;			/* in shared memory (shmem.c) */
+	int			slot;			/* in shared memory (slots.c) */
 	int			shard;
 	bool		extension_checked;	/* the first lookup was made */
 	bool		extension_gone;	/* a read found no extension: exit */
@@ -118,12 +118,6 @@ static char database_name[NAMEDATALEN];
 static char worker_name[NAMEDATALEN + 32] = "outbox";
 static char client_id[NAMEDATALEN + 32];
 
-const char *
-outbox_worker_name(void)
-{
-	return worker_name;
-}
-
 static long
 ms_until(TimestampTz t)
 {
@@ -164,10 +158,10 @@ look_for_extension(WorkerState *st)
 	st->extension_checked = true;
 }
 
+/* The slot says why: outbox_status shows no_extension (stats.c). */
 static void
 exit_without_extension(WorkerState *st)
 {
-	outbox_stats_set_state(SHARD_NO_EXTENSION);
 	proc_exit(0);
 }
 
@@ -489,7 +483,7 @@ settle(WorkerState *st)
 	if (final)
 		unavailable = kafka_unavailable(st, events, n);
 	log_refusals(events, n);
-	if (!outbox_settle_events(events, n, extension_oid, st->shard))
+	if (!outbox_settle_events(worker_name, events, n, extension_oid, st->shard))
 		ereport(LOG,
 				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
 						worker_name)));
@@ -764,7 +758,7 @@ look_at_lag(WorkerState *st)
 	bool		full = (st->looks++ % LAG_FULL_LOOK_EVERY == 0);
 	int64		from = full ? 0 :
 		Min(Min(st->cursor, outbox_window_lowest_id(st->window)), st->lag_floor);
-	int64		oldest = outbox_check_lag(st->shard, from);
+	int64		oldest = outbox_check_lag(worker_name, st->shard, from);
 
 	if (full)
 		st->lag_floor = oldest;
