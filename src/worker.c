@@ -62,6 +62,29 @@
  */
 #define SETTLE_INTERVAL_MS 10
 
+/*
+ * What the pipeline does, written once in worker_mode():
+ *
+ *   PRODUCING --a delivery failed--> REWINDING --every report in and
+ *       settled--> PRODUCING
+ *   PRODUCING, REWINDING --settings changed, the producer failed-->
+ *       REBUILDING --window drained, producer dropped--> PRODUCING
+ *   any --stop request (SIGTERM)--> STOPPING --window empty, or
+ *       outbox.shutdown_timeout--> exit
+ *
+ * Only PRODUCING reads and produces; the others produce nothing and settle
+ * once, when every report is in. Over any mode, a back-off (after an error
+ * in a pass, or Kafka taking nothing) suspends reads and settles until it
+ * ends. outbox_status.state is derived from the mode (publish_state).
+ */
+typedef enum WorkerMode
+{
+	MODE_PRODUCING,
+	MODE_REWINDING,				/* after a failure, for per-key order */
+	MODE_REBUILDING,			/* the producer must go: see the window through */
+	MODE_STOPPING				/* asked to stop: see the window through */
+} WorkerMode;
+
 typedef enum WaitReason
 {
 	WAIT_NONE,
@@ -79,6 +102,8 @@ typedef struct WorkerState
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
 	bool		rebuild_producer;	/* settings changed or producer failed */
+	bool		no_producer;	/* creating one failed: waiting for a
+								 * settings change */
 	OutboxWindow *window;
 	int64		cursor;			/* every id below is read or can't appear */
 	Oid			cursor_extension;	/* the extension the cursor is of */
@@ -202,6 +227,35 @@ backing_off(WorkerState *st)
 	return st->backoff_until != 0 && GetCurrentTimestamp() < st->backoff_until;
 }
 
+/* The mode (WorkerMode): a stop outranks a rebuild, a rebuild a rewind. */
+static WorkerMode
+worker_mode(WorkerState *st)
+{
+	if (stopping())
+		return MODE_STOPPING;
+	if (st->rebuild_producer)
+		return MODE_REBUILDING;
+	if (st->rewinding)
+		return MODE_REWINDING;
+	return MODE_PRODUCING;
+}
+
+/* Stopping, or the producer must go: produce nothing, see the window through. */
+static bool
+draining(WorkerState *st)
+{
+	WorkerMode	mode = worker_mode(st);
+
+	return mode == MODE_STOPPING || mode == MODE_REBUILDING;
+}
+
+/* The one answer to "may the pipeline read and produce now?" */
+static bool
+may_produce(WorkerState *st)
+{
+	return worker_mode(st) == MODE_PRODUCING && !backing_off(st);
+}
+
 /* The producer knows what it was built from: it says if that changed. */
 static void
 reload_settings(WorkerState *st)
@@ -256,6 +310,7 @@ ensure_producer(WorkerState *st)
 	if (st->producer != NULL)
 		return !st->rebuild_producer;
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
+	st->no_producer = (st->producer == NULL);
 	if (st->producer == NULL)
 	{
 		outbox_stats_error(error);
@@ -265,13 +320,6 @@ ensure_producer(WorkerState *st)
 		return false;
 	}
 	return true;
-}
-
-/* Stopping, or the producer must go: produce nothing, see the window through. */
-static bool
-draining(WorkerState *st)
-{
-	return stopping() || st->rebuild_producer;
 }
 
 /*
@@ -454,7 +502,7 @@ settle_due(WorkerState *st)
 
 	if (unsettled == 0 || backing_off(st))
 		return false;
-	if (st->rewinding || draining(st))
+	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0;
 	return unsettled >= outbox_batch_size ||
 		outbox_window_room(st->window, &bytes) == 0 ||
@@ -693,7 +741,8 @@ publish_state(WorkerState *st)
 
 	if (st->kafka_failures > 0 && backing_off(st))
 		state = SHARD_WAITING_FOR_KAFKA;
-	else if (backing_off(st) || st->logged_wait == WAIT_PRODUCER)
+	else if (backing_off(st) ||
+			 (st->no_producer && outbox_enabled && !RecoveryInProgress()))
 		state = SHARD_BACKING_OFF;
 	else if (!outbox_window_is_empty(st->window))
 		state = kafka_state(st, SHARD_DELIVERING);
@@ -707,13 +756,13 @@ publish_state(WorkerState *st)
 }
 
 /*
- * Whether the worker may read and produce: enabled, a primary, producing
- * (not rewinding, draining or backing off), with a producer.
+ * Whether the worker may read and produce: producing (may_produce()),
+ * enabled, a primary, with a producer.
  */
 static bool
 may_read(WorkerState *st)
 {
-	if (st->rewinding || draining(st) || backing_off(st))
+	if (!may_produce(st))
 		return false;
 	if (!outbox_enabled)
 	{
@@ -816,7 +865,7 @@ deliver(WorkerState *st)
 	{
 		if (may_read(st))
 			read_and_produce(st);
-		else if (!st->rewinding && !draining(st) && !backing_off(st))
+		else if (may_produce(st))
 		{
 			/* paused, in recovery or without a producer: look again later */
 			st->read_wanted = false;
@@ -945,15 +994,14 @@ idle_ms(WorkerState *st)
 		return 0;
 	if (st->stop_deadline != 0)
 		ms = Min(ms, ms_until(st->stop_deadline));
-	if (!backing_off(st))
+	if (may_produce(st))
 	{
-		if (!st->rewinding && !draining(st) && !waiting_for_solo(st) &&
-			outbox_window_room(st->window, &bytes) > 0)
+		if (!waiting_for_solo(st) && outbox_window_room(st->window, &bytes) > 0)
 			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
-		if (outbox_window_unsettled(st->window, &since) > 0 && !st->rewinding && !draining(st))
+		if (outbox_window_unsettled(st->window, &since) > 0)
 			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
 	}
-	else
+	else if (backing_off(st))
 		ms = Min(ms, ms_until(st->backoff_until));
 	if (st->drain_deadline != 0)
 		ms = Min(ms, ms_until(st->drain_deadline));
