@@ -734,19 +734,6 @@ delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 		elog(ERROR, "outbox: deleting delivered events failed");
 }
 
-/*
- * The wait before an event's retry: one Kafka refused counts an attempt
- * and waits longer each time; one Kafka will take later waits the
- * shortest back-off, uncounted.
- */
-static int
-retry_wait_ms(const OutboxEvent *event)
-{
-	if (event->outcome == EVENT_FAILED_PERMANENT)
-		return outbox_backoff_ms(event->attempts + 1);
-	return outbox_backoff_ms(1);
-}
-
 /* Records failures; moves events out of attempts to the dead letters. */
 static void
 record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
@@ -767,7 +754,7 @@ record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
 		ids[n] = event->id;
 		errors[n] = CStringGetTextDatum(event->error ? event->error : "unknown error");
 		permanent[n] = BoolGetDatum(event->outcome == EVENT_FAILED_PERMANENT);
-		waits[n] = Int32GetDatum(retry_wait_ms(event));
+		waits[n] = Int32GetDatum(outbox_backoff_event_ms(event));
 		n++;
 	}
 	if (n == 0)

@@ -167,14 +167,13 @@ check_headers(Jsonb *headers)
 }
 
 /*
- * The record Kafka gets must fit its limit: the payload, and the key and
- * headers twice (the envelope repeats them). The workers' own headers and
- * envelope fields fit in the margin the producer adds (see producer.c).
+ * The record Kafka gets must fit its limit, counted by the size rule of
+ * message.c.
  */
 static void
 check_record_size(Size payload, Size key, Size headers)
 {
-	Size		record = payload + 2 * (key + headers);
+	Size		record = outbox_message_counted_size(payload, key, headers);
 
 	if (record > (Size) outbox_max_message_bytes)
 		ereport(ERROR,
