@@ -523,44 +523,72 @@ shown_state(const ShardStats *entry, int pid, bool starting)
 	return starting ? SHARD_STARTING : SHARD_STOPPED;
 }
 
+/*
+ * The OUT columns of outbox_shard_stats(), in the order the install script
+ * declares them (a new column: here, in add_shard_row, and in the SQL).
+ */
+typedef enum ShardColumn
+{
+	COL_SHARD,
+	COL_PID,
+	COL_STATE,
+	COL_STATE_SINCE,
+	COL_DELIVERED,
+	COL_FAILED_ATTEMPTS,
+	COL_DEAD_LETTERED,
+	COL_LAST_DELIVERED_AT,
+	COL_LAST_ERROR,
+	COL_LAST_ERROR_AT,
+	COL_ACK_LATENCY_P50_MS,
+	COL_ACK_LATENCY_P99_MS,
+	COL_STATS_RESET,
+	COL_IN_FLIGHT_FIRST_ID,
+	COL_IN_FLIGHT_LAST_ID,
+	COL_IN_FLIGHT_SINCE,
+	SHARD_COLUMNS
+} ShardColumn;
+
 #define TIMESTAMP_OR_NULL(t, i) \
 	do { if ((t) != 0) values[i] = TimestampTzGetDatum(t); else nulls[i] = true; } while (0)
 
 static void
 add_shard_row(Tuplestorestate *store, TupleDesc desc, int shard, TimestampTz now)
 {
-	Datum		values[16] = {0};
-	bool		nulls[16] = {0};
+	Datum		values[SHARD_COLUMNS] = {0};
+	bool		nulls[SHARD_COLUMNS] = {0};
 	ShardStats	entry;
 	bool		starting;
 	int			pid = outbox_shard_worker(MyDatabaseId, shard, &starting);
+	bool		in_flight;
 	double		ms;
 
 	if (!copy_entry(shard, &entry))
 		memset(&entry, 0, sizeof(entry));
+	in_flight = entry.in_flight_first != 0 && pid != 0;
 
-	values[0] = Int32GetDatum(shard);
-	values[1] = Int32GetDatum(pid);
-	nulls[1] = (pid == 0);
-	values[2] = CStringGetTextDatum(state_names[shown_state(&entry, pid, starting)]);
-	TIMESTAMP_OR_NULL(entry.state_since, 3);
-	values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.delivered));
-	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.failed_attempts));
-	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.dead_lettered));
-	TIMESTAMP_OR_NULL(entry.last_delivered_at, 7);
-	values[8] = CStringGetTextDatum(entry.last_error);
-	nulls[8] = (entry.last_error[0] == '\0');
-	TIMESTAMP_OR_NULL(entry.last_error_at, 9);
-	nulls[10] = !latency_percentile(&entry, 0.5, now, &ms);
-	values[10] = Float8GetDatum(ms);
-	nulls[11] = !latency_percentile(&entry, 0.99, now, &ms);
-	values[11] = Float8GetDatum(ms);
-	TIMESTAMP_OR_NULL(entry.stats_reset, 12);
-	values[13] = Int64GetDatum(entry.in_flight_first);
-	values[14] = Int64GetDatum(entry.in_flight_last);
-	nulls[13] = nulls[14] = (entry.in_flight_first == 0 || pid == 0);
-	TIMESTAMP_OR_NULL(entry.in_flight_since, 15);
-	nulls[15] = nulls[13];
+	values[COL_SHARD] = Int32GetDatum(shard);
+	values[COL_PID] = Int32GetDatum(pid);
+	nulls[COL_PID] = (pid == 0);
+	values[COL_STATE] = CStringGetTextDatum(state_names[shown_state(&entry, pid, starting)]);
+	TIMESTAMP_OR_NULL(entry.state_since, COL_STATE_SINCE);
+	values[COL_DELIVERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.delivered));
+	values[COL_FAILED_ATTEMPTS] =
+		Int64GetDatum((int64) pg_atomic_read_u64(&entry.failed_attempts));
+	values[COL_DEAD_LETTERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.dead_lettered));
+	TIMESTAMP_OR_NULL(entry.last_delivered_at, COL_LAST_DELIVERED_AT);
+	values[COL_LAST_ERROR] = CStringGetTextDatum(entry.last_error);
+	nulls[COL_LAST_ERROR] = (entry.last_error[0] == '\0');
+	TIMESTAMP_OR_NULL(entry.last_error_at, COL_LAST_ERROR_AT);
+	nulls[COL_ACK_LATENCY_P50_MS] = !latency_percentile(&entry, 0.5, now, &ms);
+	values[COL_ACK_LATENCY_P50_MS] = Float8GetDatum(ms);
+	nulls[COL_ACK_LATENCY_P99_MS] = !latency_percentile(&entry, 0.99, now, &ms);
+	values[COL_ACK_LATENCY_P99_MS] = Float8GetDatum(ms);
+	TIMESTAMP_OR_NULL(entry.stats_reset, COL_STATS_RESET);
+	values[COL_IN_FLIGHT_FIRST_ID] = Int64GetDatum(entry.in_flight_first);
+	values[COL_IN_FLIGHT_LAST_ID] = Int64GetDatum(entry.in_flight_last);
+	values[COL_IN_FLIGHT_SINCE] = TimestampTzGetDatum(entry.in_flight_since);
+	nulls[COL_IN_FLIGHT_FIRST_ID] = nulls[COL_IN_FLIGHT_LAST_ID] =
+		nulls[COL_IN_FLIGHT_SINCE] = !in_flight;
 	tuplestore_putvalues(store, desc, values, nulls);
 }
 
