@@ -11,7 +11,7 @@
  * with the shard's statistics, so a restarted worker does not repeat it.
  */
 #include "lag_alert.h"
-#include "batch.h"
+#include "queue.h"
 #include "settings.h"
 #include "stats.h"
 

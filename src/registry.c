@@ -5,7 +5,7 @@
  *		first id that can still appear instead of rescanning the dead rows
  *		its own deletes left behind. Its parts: send.c registers each
  *		transaction's first id and clears it at commit or abort; this file
- *		computes the floor with the read's snapshot; batch.c scans from
+ *		computes the floor with the read's snapshot; queue.c scans from
  *		min(cursor, floor); worker.c's next_cursor() moves the cursor.
  */
 #include "registry.h"

@@ -19,7 +19,7 @@ extern int64 outbox_next_id_registered(Oid sequence);
 extern void outbox_register_reinsert(int64 min_id);
 extern void outbox_clear_inflight(void);
 
-/* workers reading their shard (batch.c) */
+/* workers reading their shard (queue.c) */
 extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation);
 
 #endif							/* OUTBOX_REGISTRY_H */

@@ -26,7 +26,7 @@
  */
 #include "worker.h"
 #include "backoff.h"
-#include "batch.h"
+#include "queue.h"
 #include "compat.h"
 #include "durability.h"
 #include "lag_alert.h"
@@ -637,7 +637,7 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
  * still commit, or the first id not read. (Events in flight count as
  * delivered: if one is not, the settle moves the cursor back to it. An
  * event waiting for its retry brings the read back to it when due: see
- * due_keyed_retry() in batch.c.)
+ * due_keyed_retry() in queue.c.)
  */
 static int64
 next_cursor(OutboxBatch *batch)

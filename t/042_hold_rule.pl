@@ -1,6 +1,6 @@
 # The per-key hold rule is written three times: in the read's SQL (an
 # event waits behind an earlier one of its key waiting for its retry,
-# batch.c), in C (within one read, a key refused at once holds its rest,
+# queue.c), in C (within one read, a key refused at once holds its rest,
 # worker.c produce_batch) and in PL/pgSQL (outbox_explain's "held"). This
 # crafts one shard's rows so each rule has something to decide, and checks
 # that the three agree: what reached Kafka is exactly what no rule holds,

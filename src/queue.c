@@ -1,5 +1,5 @@
 /*
- * batch.c
+ * queue.c
  *		The worker's SQL: find the extension, read a batch of committed
  *		events of one shard, and settle events afterwards (delete what
  *		Kafka acknowledged, record failures, move dead letters). Each step
@@ -10,7 +10,7 @@
  * plans; they are rebuilt only when the extension is dropped and created
  * again.
  */
-#include "batch.h"
+#include "queue.h"
 #include "backoff.h"
 #include "durability.h"
 #include "settings.h"

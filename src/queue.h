@@ -1,10 +1,10 @@
 /*
- * batch.h
+ * queue.h
  *		The worker's SQL: find the extension, read the next committed events
  *		of a shard, settle delivered and failed events.
  */
-#ifndef OUTBOX_BATCH_H
-#define OUTBOX_BATCH_H
+#ifndef OUTBOX_QUEUE_H
+#define OUTBOX_QUEUE_H
 
 #include "event.h"
 
@@ -53,4 +53,4 @@ extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created
 extern int64 outbox_pending_count(int shard);
 extern const char *outbox_instance_id(void);
 
-#endif							/* OUTBOX_BATCH_H */
+#endif							/* OUTBOX_QUEUE_H */
