@@ -2,8 +2,8 @@ EXTENSION = outbox
 EXTVERSION = 0.4.0
 
 MODULE_big = outbox
-OBJS = src/module.o src/settings.o src/shmem.o src/send.o src/database_hooks.o src/launcher.o \
-       src/worker.o src/window.o src/backoff.o src/batch.o src/durability.o src/producer.o src/envelope.o src/outbox.pb-c.o \
+OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/registry.o src/send.o src/database_hooks.o src/launcher.o \
+       src/worker.o src/window.o src/backoff.o src/queue.o src/durability.o src/producer.o src/kafka_stats.o src/envelope.o src/outbox.pb-c.o \
        src/stats.o src/lag_alert.o src/message.o src/tracing.o src/capture.o src/session.o src/solo.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
@@ -48,7 +48,7 @@ src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
 $(OBJS): $(wildcard src/*.h)
 src/envelope.o: src/outbox.pb-c.h
 # OUTBOX_VERSION comes from EXTVERSION here
-src/batch.o: Makefile
+src/queue.o: Makefile
 
 # protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug
 src/envelope.o src/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces

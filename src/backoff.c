@@ -1,7 +1,8 @@
 /*
  * backoff.c
  *		The retry back-off policy, written once: exponential from
- *		outbox.retry_backoff_min to outbox.retry_backoff_max.
+ *		outbox.retry_backoff_min to outbox.retry_backoff_max; and who waits
+ *		how long by it, but for the worker's own waits (worker.c back_off).
  */
 #include "backoff.h"
 #include "settings.h"
@@ -16,6 +17,19 @@ outbox_backoff_ms(int failures)
 	for (int i = 1; i < failures && wait_ms < max_ms; i++)
 		wait_ms *= 2;
 	return (int) Min(wait_ms, max_ms);
+}
+
+/*
+ * The wait before an event's retry: one Kafka refused counts an attempt
+ * and waits longer each time; one Kafka will take later waits the
+ * shortest back-off, uncounted.
+ */
+int
+outbox_backoff_event_ms(const OutboxEvent *event)
+{
+	if (event->outcome == EVENT_FAILED_PERMANENT)
+		return outbox_backoff_ms(event->attempts + 1);
+	return outbox_backoff_ms(1);
 }
 
 /*

@@ -6,7 +6,7 @@
 #ifndef OUTBOX_BACKOFF_H
 #define OUTBOX_BACKOFF_H
 
-#include "postgres.h"
+#include "event.h"
 
 /*
  * The wait before the next try after `failures` failures in a row (1 for
@@ -14,6 +14,9 @@
  * outbox.retry_backoff_max.
  */
 extern int	outbox_backoff_ms(int failures);
+
+/* The wait before a failed event's retry (written into its row). */
+extern int	outbox_backoff_event_ms(const OutboxEvent *event);
 
 /* librdkafka's reconnect back-off bounds, from the same settings. */
 extern int	outbox_reconnect_backoff_min_ms(void);

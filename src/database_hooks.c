@@ -25,7 +25,9 @@
 #include "database_hooks.h"
 #include "compat.h"
 #include "settings.h"
-#include "shmem.h"
+#include "inbox.h"
+#include "pauses.h"
+#include "slots.h"
 
 #include <signal.h>
 
@@ -233,7 +235,7 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 	Node	   *node = pstmt->utilityStmt;
 	bool		creates_outbox = false;
 
-	if (outbox_shmem_available() && node != NULL)
+	if (outbox_slots_available() && node != NULL)
 	{
 		Oid			dboid = database_needed_free(node, context);
 
@@ -249,7 +251,7 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 				context, params, queryEnv, dest, qc);
 	/* only what the statement did, once it did it, is news */
 	created_extension |= creates_outbox;
-	if (outbox_shmem_available() && node != NULL && IsA(node, CreatedbStmt))
+	if (outbox_slots_available() && node != NULL && IsA(node, CreatedbStmt))
 		created_database = true;
 }
 

@@ -1,7 +1,7 @@
 /*
  * event.h
  *		One outbox event as the worker holds it: the row, copied out of SPI,
- *		and what became of it. The reader (batch.c) fills the row, the
+ *		and what became of it. The reader (queue.c) fills the row, the
  *		producer writes the outcome, the window (window.c) settles it.
  */
 #ifndef OUTBOX_EVENT_H

@@ -11,10 +11,9 @@
  * with the shard's statistics, so a restarted worker does not repeat it.
  */
 #include "lag_alert.h"
-#include "batch.h"
+#include "queue.h"
 #include "settings.h"
 #include "stats.h"
-#include "worker.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -28,7 +27,7 @@
 static TimestampTz last_check = 0;
 
 static void
-report(int shard, bool late, double lag_s)
+report(const char *who, int shard, bool late, double lag_s)
 {
 	char		last_error[256];
 
@@ -36,20 +35,20 @@ report(int shard, bool late, double lag_s)
 	{
 		ereport(LOG,
 				(errmsg("%s: caught up: the oldest pending event is %.1f s old, under outbox.lag_warning (%d ms)",
-						outbox_worker_name(), lag_s, outbox_lag_warning_ms)));
+						who, lag_s, outbox_lag_warning_ms)));
 		return;
 	}
 	outbox_stats_last_error(last_error, sizeof(last_error));
 	ereport(WARNING,
 			(errmsg("%s: the oldest pending event is %.1f s old, over outbox.lag_warning (%d ms)",
-					outbox_worker_name(), lag_s, outbox_lag_warning_ms),
+					who, lag_s, outbox_lag_warning_ms),
 			 errdetail("" INT64_FORMAT " event(s) pending in shard %d; last error: %s",
 					   outbox_pending_count(shard), shard,
 					   last_error[0] ? last_error : "none")));
 }
 
 static int64
-check(int shard, int64 from_id, TimestampTz now)
+check(const char *who, int shard, int64 from_id, TimestampTz now)
 {
 	TimestampTz oldest;
 	int64		oldest_id = PG_INT64_MAX;
@@ -67,7 +66,7 @@ check(int shard, int64 from_id, TimestampTz now)
 	/* a change within a minute of the last line waits for a later look */
 	if (last_line != 0 && !TimestampDifferenceExceeds(last_line, now, LINE_INTERVAL_MS))
 		return oldest_id;
-	report(shard, late, lag_s);
+	report(who, shard, late, lag_s);
 	outbox_stats_set_lag_warned(late, now);
 	return oldest_id;
 }
@@ -79,7 +78,7 @@ check(int shard, int64 from_id, TimestampTz now)
  * error is logged and leaves the worker's state as it was.
  */
 int64
-outbox_check_lag(int shard, int64 from_id)
+outbox_check_lag(const char *who, int shard, int64 from_id)
 {
 	volatile int64 oldest_id = PG_INT64_MAX;
 	MemoryContext context = CurrentMemoryContext;
@@ -92,7 +91,7 @@ outbox_check_lag(int shard, int64 from_id)
 	last_check = now;
 	PG_TRY();
 	{
-		oldest_id = check(shard, from_id, now);
+		oldest_id = check(who, shard, from_id, now);
 	}
 	PG_CATCH();
 	{

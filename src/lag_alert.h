@@ -7,6 +7,7 @@
 
 #include "postgres.h"
 
-extern int64 outbox_check_lag(int shard, int64 from_id);
+/* who: the worker, for the log */
+extern int64 outbox_check_lag(const char *who, int shard, int64 from_id);
 
 #endif							/* OUTBOX_LAG_ALERT_H */

@@ -19,13 +19,15 @@
  * The launcher's own memory: a hash of the databases it knows and the
  * handles of the workers it started, each kept (in TopMemoryContext, not
  * in the memory reset at every look) until its slot is freed. Shared
- * memory (shmem.c) holds the worker slots, which outlive a launcher
+ * memory (slots.c) holds the worker slots, which outlive a launcher
  * restart; a slot is freed only if it still holds what the launcher saw.
  */
 #include "launcher.h"
 #include "compat.h"
 #include "settings.h"
-#include "shmem.h"
+#include "inbox.h"
+#include "pauses.h"
+#include "slots.h"
 
 #include <signal.h>
 

@@ -31,6 +31,30 @@
 
 static char *default_source = NULL;
 
+/*
+ * What the worker adds to an event (its own headers, the CloudEvents
+ * attributes, the envelope's fields) fits in this margin over
+ * outbox.max_message_bytes.
+ */
+#define ADDED_BYTES_MARGIN 65536L
+
+/*
+ * The payload, and the key and headers twice: the envelope repeats them.
+ * send.c refuses an event over outbox.max_message_bytes by this count.
+ */
+Size
+outbox_message_counted_size(Size payload, Size key, Size headers)
+{
+	return payload + 2 * (key + headers);
+}
+
+/* message.max.bytes: the limit plus the margin, within librdkafka's bounds. */
+long
+outbox_message_kafka_max_bytes(void)
+{
+	return Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + ADDED_BYTES_MARGIN));
+}
+
 /* A URI reference naming the database: /postgresql/<name, percent-encoded>. */
 void
 outbox_message_init(const char *database)

@@ -38,6 +38,14 @@ typedef struct OutboxRecord
 extern void outbox_message_init(const char *database);
 
 /*
+ * The size rule of a record, written once: what an event counts against
+ * outbox.max_message_bytes when it is sent, and the limit librdkafka is
+ * given, which leaves room for what the worker adds.
+ */
+extern Size outbox_message_counted_size(Size payload, Size key, Size headers);
+extern long outbox_message_kafka_max_bytes(void);
+
+/*
  * Builds the record of an event, in the current memory context (the
  * batch's): librdkafka sends the value without a copy of its own, so it
  * must live until the event's delivery report was served.

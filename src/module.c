@@ -2,18 +2,28 @@
  * module.c
  *		Entry point of the outbox library: defines the settings everywhere,
  *		and when preloaded, reserves shared state and registers the launcher
- *		that starts the workers of each database. It also refuses to run
+ *		that starts the workers of each database. Each piece of shared state
+ *		has its owner (slots.c, inbox.c, pauses.c, registry.c, stats.c),
+ *		which says its size and sets it up; the one request hook and the
+ *		one startup hook here call them in turn. It also refuses to run
  *		on a minor release whose ABI differs from the one it was built on in
  *		a way no compiler sees (compat.h lists them).
  */
 #include "compat.h"
 #include "database_hooks.h"
+#include "inbox.h"
 #include "launcher.h"
+#include "pauses.h"
+#include "registry.h"
 #include "send.h"
 #include "settings.h"
-#include "shmem.h"
+#include "slots.h"
+#include "stats.h"
 
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "utils/guc.h"
 
 COMPAT_PG_MODULE_MAGIC;
@@ -70,6 +80,46 @@ check_server_abi(void)
 						 version_text(running))));
 }
 
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+request_shared_memory(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(outbox_slots_shmem_size());
+	RequestAddinShmemSpace(outbox_inbox_shmem_size());
+	RequestAddinShmemSpace(outbox_pauses_shmem_size());
+	RequestAddinShmemSpace(outbox_registry_shmem_size());
+	RequestAddinShmemSpace(outbox_stats_shmem_size());
+	outbox_registry_request_locks();
+}
+
+static void
+start_shared_memory(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	outbox_slots_shmem_startup();
+	outbox_inbox_shmem_startup();
+	outbox_pauses_shmem_startup();
+	outbox_registry_shmem_startup();
+	outbox_stats_shmem_startup();
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+install_shared_memory_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shared_memory;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = start_shared_memory;
+}
+
 void
 _PG_init(void)
 {
@@ -81,7 +131,7 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-	outbox_shmem_install_hooks();
+	install_shared_memory_hooks();
 	outbox_install_utility_hook();
 	outbox_register_launcher();
 }

@@ -9,11 +9,13 @@
  * reports reach us only through rd_kafka_poll on this thread (log queue),
  * and the callbacks only record what happened: they never ereport. A
  * delivery report writes its event's outcome and nothing else; librdkafka
- * wakes the worker through a pipe when it has reports to serve.
+ * wakes the worker through a pipe when it has reports to serve. What its
+ * statistics say of the brokers is kafka_stats.c's.
  */
 #include "producer.h"
 #include "backoff.h"
 #include "compat.h"
+#include "kafka_stats.h"
 #include "settings.h"
 #include "stats.h"
 
@@ -21,27 +23,12 @@
 #include <unistd.h>
 #include <librdkafka/rdkafka.h>
 
-#include "common/jsonapi.h"
 #include "lib/stringinfo.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "postmaster/interrupt.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-
-/*
- * Every property the worker sets goes through this check, and is recorded
- * in the producer's settings (see outbox_producer_outdated).
- */
-#define KAFKA_CONF_SET(build, name, value) \
-	do { \
-		if (!conf_set((build), (name), (value), error)) \
-			return false; \
-	} while (0)
-
-/* Statistics kept between two looks of the worker; older ones are dropped. */
-#define MAX_PENDING_STATISTICS 8
 
 /*
  * Topic handles kept per producer: topics with longer names or beyond
@@ -91,19 +78,7 @@ struct OutboxProducer
 	char		last_reason[512];
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
-	bool		kafka_down;		/* no broker reachable, none seen up since */
-	/* librdkafka's statistics not yet published, oldest first (malloc'd) */
-	char	   *statistics[MAX_PENDING_STATISTICS];
-	int			nstatistics;
-	/* what the statistics said of each broker, rtt as last measured */
-	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
-	bool		broker_was_up[OUTBOX_MAX_BROKERS];
-	bool		broker_seen[OUTBOX_MAX_BROKERS];	/* in the last statistics */
-	int			nbrokers;
-	/* the bootstrap addresses, as of the last statistics */
-	bool		bootstrap_tried;	/* one is DOWN */
-	bool		bootstrap_up;
-	bool		statistics_unreadable;	/* the last ones were: logged */
+	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
 };
 
 /*
@@ -215,7 +190,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 	{
 		event->acked_at = GetCurrentTimestamp();
 		producer->unreachable = false;
-		producer->kafka_down = false;
+		outbox_kafka_stats_delivered(producer->kafka);
 		producer->unclaimed.delivered++;
 	}
 	else
@@ -229,7 +204,7 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
 	{
-		producer->kafka_down = true;
+		outbox_kafka_stats_all_down(producer->kafka);
 		/* the error that brought them down says more */
 		if (producer->last_error != RD_KAFKA_RESP_ERR_NO_ERROR)
 			return;
@@ -238,88 +213,13 @@ on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 	strlcpy(producer->last_reason, reason, sizeof(producer->last_reason));
 }
 
-/*
- * Where the top-level "brokers" object of librdkafka's statistics is: a
- * scan that only tells strings from structure and stops at the object's
- * end. librdkafka writes "brokers" before "topics", whose size grows with
- * topics x partitions, so that part is never looked at. False if absent.
- */
-static bool
-find_brokers(const char *json, size_t len, size_t *start, size_t *end)
-{
-	int			depth = 0;
-	bool		key = false;	/* the last string at depth 1 was "brokers" */
-	bool		value = false;	/* ... and its colon came: the value is next */
-	bool		inside = false;
-
-	for (size_t i = 0; i < len; i++)
-	{
-		const char *string = json + i + 1;
-
-		switch (json[i])
-		{
-			case '"':
-				for (i++; i < len && json[i] != '"'; i++)
-					if (json[i] == '\\')
-						i++;
-				key = depth == 1 && json + i - string == 7 && memcmp(string, "brokers", 7) == 0;
-				break;
-			case ':':
-				value = key;
-				break;
-			case '{':
-			case '[':
-				if (value && json[i] == '{' && !inside)
-				{
-					inside = true;
-					*start = i;
-				}
-				depth++;
-				value = key = false;
-				break;
-			case '}':
-			case ']':
-				if (--depth == 1 && inside)
-				{
-					*end = i + 1;
-					return true;
-				}
-				if (depth < 0)
-					return false;
-				break;
-			case ',':
-				value = key = false;
-				break;
-		}
-	}
-	return false;
-}
-
-/*
- * Keeps the brokers of librdkafka's statistics for the worker to publish;
- * parsing them here could raise an error inside librdkafka's call.
- */
+/* Statistics are parsed later, by the worker: see kafka_stats.c. */
 static int
 on_statistics(rd_kafka_t *rk, char *json, size_t json_len, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
-	size_t		start = 0;
-	size_t		end = 0;
-	char	   *copy;
 
-	if (!find_brokers(json, json_len, &start, &end) ||
-		(copy = malloc(end - start + 1)) == NULL)
-		return 0;
-	memcpy(copy, json + start, end - start);
-	copy[end - start] = '\0';
-	if (producer->nstatistics == MAX_PENDING_STATISTICS)
-	{
-		free(producer->statistics[0]);
-		memmove(producer->statistics, producer->statistics + 1,
-				sizeof(char *) * (MAX_PENDING_STATISTICS - 1));
-		producer->nstatistics--;
-	}
-	producer->statistics[producer->nstatistics++] = copy;
+	outbox_kafka_stats_keep(producer->kafka, json, json_len);
 	return 0;
 }
 
@@ -331,6 +231,10 @@ on_log(const rd_kafka_t *rk, int level, const char *facility, const char *messag
 			(errmsg_internal("outbox: librdkafka %s: %s", facility, message)));
 }
 
+/*
+ * Every property the worker sets goes through here, and is recorded in the
+ * producer's settings (see outbox_producer_outdated).
+ */
 static bool
 conf_set(ConfBuild *build, const char *name, const char *value, char **error)
 {
@@ -378,9 +282,15 @@ fit_topic_wait_to_timeout(ConfBuild *build, char **error)
 	if (timeout_ms <= 0 || wait_ms < 0 || wait_ms < timeout_ms)
 		return true;
 	snprintf(value, sizeof(value), "%ld", Max(1L, timeout_ms / 2));
-	KAFKA_CONF_SET(build, "topic.metadata.propagation.max.ms", value);
-	return true;
+	return conf_set(build, "topic.metadata.propagation.max.ms", value, error);
 }
+
+/* A property the worker derives from the settings (see set_properties). */
+typedef struct DerivedProperty
+{
+	const char *name;
+	const char *value;
+} DerivedProperty;
 
 /*
  * librdkafka times messages out one at a time: when one times out while
@@ -411,43 +321,43 @@ take_over_message_timeout(ConfBuild *build, char **error)
 static bool
 set_properties(ConfBuild *build, const char *client_id, char **error)
 {
-	char		value[64];
+	DerivedProperty derived[] = {
+		{"bootstrap.servers", outbox_brokers},
+		{"client.id", client_id},
+		/* the documented way to keep partition order through retries */
+		{"enable.idempotence", "true"},
+		/* a message lost after a later one was written is fatal, not a gap */
+		{"enable.gapless.guarantee", "true"},
+		/* places keys on the partitions the Java client would choose */
+		{"partitioner", "murmur2_random"},
+		{"log.queue", "true"},
 
-	KAFKA_CONF_SET(build, "bootstrap.servers", outbox_brokers);
-	KAFKA_CONF_SET(build, "client.id", client_id);
-	/* the documented way to keep partition order through retries */
-	KAFKA_CONF_SET(build, "enable.idempotence", "true");
-	/* a message lost after a later one was written is fatal, not a gap */
-	KAFKA_CONF_SET(build, "enable.gapless.guarantee", "true");
-	/* places keys on the partitions the Java client would choose */
-	KAFKA_CONF_SET(build, "partitioner", "murmur2_random");
-	KAFKA_CONF_SET(build, "log.queue", "true");
-	/*
-	 * An event goes out as soon as it is produced: under load, events
-	 * produced while a request is in flight make the next one bigger.
-	 */
-	KAFKA_CONF_SET(build, "linger.ms", "0");
-	/* requests pipelined on one connection must not wait for delayed ACKs */
-	KAFKA_CONF_SET(build, "socket.nagle.disable", "true");
-	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_min_ms());
-	KAFKA_CONF_SET(build, "reconnect.backoff.ms", value);
-	snprintf(value, sizeof(value), "%d", outbox_reconnect_backoff_max_ms());
-	KAFKA_CONF_SET(build, "reconnect.backoff.max.ms", value);
-	/* for outbox_kafka_brokers; outbox.kafka_config may change or disable it */
-	KAFKA_CONF_SET(build, "statistics.interval.ms", "1000");
-	snprintf(value, sizeof(value), "%d",
-			 (int) Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + 65536L)));
-	KAFKA_CONF_SET(build, "message.max.bytes", value);
-	/*
-	 * The window is queued at most: outbox.window_bytes, plus the event
-	 * that crossed it, plus headers and envelopes.
-	 */
-	snprintf(value, sizeof(value), "%ld",
-			 ((long) outbox_window_bytes + outbox_max_message_bytes) / 1024 + 4096);
-	KAFKA_CONF_SET(build, "queue.buffering.max.kbytes", value);
-	snprintf(value, sizeof(value), "%d", Max(100000, outbox_window_size + outbox_batch_size));
-	KAFKA_CONF_SET(build, "queue.buffering.max.messages", value);
+		/*
+		 * An event goes out as soon as it is produced: under load, events
+		 * produced while a request is in flight make the next one bigger.
+		 */
+		{"linger.ms", "0"},
+		/* requests pipelined on one connection must not wait for delayed ACKs */
+		{"socket.nagle.disable", "true"},
+		{"reconnect.backoff.ms", psprintf("%d", outbox_reconnect_backoff_min_ms())},
+		{"reconnect.backoff.max.ms", psprintf("%d", outbox_reconnect_backoff_max_ms())},
+		/* for outbox_kafka_brokers; outbox.kafka_config may change or disable it */
+		{"statistics.interval.ms", "1000"},
+		{"message.max.bytes", psprintf("%ld", outbox_message_kafka_max_bytes())},
 
+		/*
+		 * The window is queued at most: outbox.window_bytes, plus the event
+		 * that crossed it, plus headers and envelopes.
+		 */
+		{"queue.buffering.max.kbytes",
+		psprintf("%ld", ((long) outbox_window_bytes + outbox_max_message_bytes) / 1024 + 4096)},
+		{"queue.buffering.max.messages",
+		psprintf("%d", Max(100000, outbox_window_size + outbox_batch_size))},
+	};
+
+	for (size_t i = 0; i < lengthof(derived); i++)
+		if (!conf_set(build, derived[i].name, derived[i].value, error))
+			return false;
 	if (!outbox_apply_kafka_config(outbox_kafka_config, build, set_user_property, error))
 		return false;
 	if (!outbox_apply_kafka_config_file(outbox_kafka_config_file, build, set_user_property, error))
@@ -530,6 +440,7 @@ create_topic_handles(void)
 static void
 free_producer(OutboxProducer *producer)
 {
+	outbox_kafka_stats_destroy(producer->kafka);
 	if (producer->topics != NULL)
 		hash_destroy(producer->topics);
 	if (producer->settings != NULL)
@@ -548,6 +459,7 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 
 	producer->name = name;
 	producer->client_id = MemoryContextStrdup(TopMemoryContext, client_id);
+	producer->kafka = outbox_kafka_stats_create(name);
 	producer->topics = create_topic_handles();
 	if (!build_conf(&build, client_id, error))
 	{
@@ -602,8 +514,6 @@ outbox_producer_destroy(OutboxProducer *producer)
 	rd_kafka_destroy(producer->rk);
 	close(producer->wake_pipe[0]);
 	close(producer->wake_pipe[1]);
-	for (int i = 0; i < producer->nstatistics; i++)
-		free(producer->statistics[i]);
 	free_producer(producer);
 }
 
@@ -949,286 +859,16 @@ outbox_producer_report_state(OutboxProducer *producer)
 	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
-/* True after librdkafka said every broker is down, until one is seen up. */
+/* Whether Kafka is down, as its statistics and callbacks say (kafka_stats.c). */
 bool
 outbox_producer_kafka_down(OutboxProducer *producer)
 {
-	return producer->kafka_down;
+	return outbox_kafka_stats_down(producer->kafka);
 }
 
-/* The entry of a broker by name, added if new (NULL when full). */
-static OutboxBrokerInfo *
-known_broker(OutboxProducer *producer, const char *name)
-{
-	for (int i = 0; i < producer->nbrokers; i++)
-		if (strcmp(producer->brokers[i].name, name) == 0)
-			return &producer->brokers[i];
-	if (producer->nbrokers == OUTBOX_MAX_BROKERS)
-		return NULL;
-	memset(&producer->brokers[producer->nbrokers], 0, sizeof(OutboxBrokerInfo));
-	producer->broker_was_up[producer->nbrokers] = false;
-	strlcpy(producer->brokers[producer->nbrokers].name, name, sizeof(producer->brokers[0].name));
-	return &producer->brokers[producer->nbrokers++];
-}
-
-/* What one broker's object of the statistics says, as it is parsed. */
-typedef struct BrokerSeen
-{
-	double		nodeid;
-	char		nodename[128];
-	char		state[16];
-	char		source[16];		/* "configured": a bootstrap address */
-	double		waitresp_cnt;
-	double		rtt_avg;
-	double		rtt_cnt;
-} BrokerSeen;
-
-/*
- * The parse of the "brokers" object: depth 1 is that object, 2 a broker's,
- * 3 the objects in a broker (its "rtt" among them).
- */
-typedef struct BrokersParse
-{
-	OutboxProducer *producer;
-	int			depth;
-	const char *field;			/* the last field name at depth 2 */
-	const char *rtt_field;		/* the last field name in "rtt" */
-	bool		in_rtt;
-	BrokerSeen	seen;
-} BrokersParse;
-
-/*
- * Takes in one broker of the statistics: those with a node id (known from
- * metadata), not a bootstrap address not yet matched to a broker nor
- * librdkafka's internal one. The round trip is kept from the last interval
- * that had a request in it.
- */
-static void
-take_in_broker(OutboxProducer *producer, const BrokerSeen *seen)
-{
-	OutboxBrokerInfo *info;
-
-	if (seen->nodeid < 0)
-	{
-		/* not librdkafka's internal broker: one of outbox.brokers */
-		if (strcmp(seen->source, "configured") != 0)
-			return;
-		if (strcmp(seen->state, "UP") == 0)
-			producer->bootstrap_up = true;
-		else if (strcmp(seen->state, "DOWN") == 0)
-			producer->bootstrap_tried = true;
-		return;
-	}
-	info = known_broker(producer, seen->nodename);
-	if (info == NULL)
-		return;
-	strlcpy(info->state, seen->state, sizeof(info->state));
-	producer->broker_seen[info - producer->brokers] = true;
-	if (strcmp(info->state, "UP") == 0)
-		producer->broker_was_up[info - producer->brokers] = true;
-	info->in_flight = (int64) seen->waitresp_cnt;
-	if (seen->rtt_cnt > 0)
-		info->rtt_avg_ms = seen->rtt_avg / 1000.0;
-}
-
-#define JSON_ACTION COMPAT_JSON_ACTION
-#define JSON_ACTION_DONE COMPAT_JSON_ACTION_DONE
-
-static JSON_ACTION
-brokers_nest(void *state)
-{
-	BrokersParse *parse = (BrokersParse *) state;
-
-	parse->depth++;
-	if (parse->depth == 2)
-	{
-		memset(&parse->seen, 0, sizeof(parse->seen));
-		parse->seen.nodeid = -1;
-		parse->field = NULL;
-	}
-	else if (parse->depth == 3)
-	{
-		parse->in_rtt = parse->field != NULL && strcmp(parse->field, "rtt") == 0;
-		parse->rtt_field = NULL;
-	}
-	JSON_ACTION_DONE;
-}
-
-static JSON_ACTION
-brokers_unnest(void *state)
-{
-	BrokersParse *parse = (BrokersParse *) state;
-
-	if (parse->depth == 2)
-		take_in_broker(parse->producer, &parse->seen);
-	else if (parse->depth == 3)
-		parse->in_rtt = false;
-	parse->depth--;
-	JSON_ACTION_DONE;
-}
-
-static JSON_ACTION
-brokers_field(void *state, char *fname, bool isnull)
-{
-	BrokersParse *parse = (BrokersParse *) state;
-
-	if (parse->depth == 2)
-		parse->field = fname;
-	else if (parse->depth == 3 && parse->in_rtt)
-		parse->rtt_field = fname;
-	JSON_ACTION_DONE;
-}
-
-static JSON_ACTION
-brokers_scalar(void *state, char *token, JsonTokenType tokentype)
-{
-	BrokersParse *parse = (BrokersParse *) state;
-	BrokerSeen *seen = &parse->seen;
-	bool		number = tokentype == JSON_TOKEN_NUMBER;
-	bool		string = tokentype == JSON_TOKEN_STRING;
-
-	if (parse->depth == 2 && parse->field != NULL)
-	{
-		if (number && strcmp(parse->field, "nodeid") == 0)
-			seen->nodeid = strtod(token, NULL);
-		else if (number && strcmp(parse->field, "waitresp_cnt") == 0)
-			seen->waitresp_cnt = strtod(token, NULL);
-		else if (string && strcmp(parse->field, "nodename") == 0)
-			strlcpy(seen->nodename, token, sizeof(seen->nodename));
-		else if (string && strcmp(parse->field, "state") == 0)
-			strlcpy(seen->state, token, sizeof(seen->state));
-		else if (string && strcmp(parse->field, "source") == 0)
-			strlcpy(seen->source, token, sizeof(seen->source));
-	}
-	else if (parse->depth == 3 && parse->in_rtt && parse->rtt_field != NULL && number)
-	{
-		if (strcmp(parse->rtt_field, "avg") == 0)
-			seen->rtt_avg = strtod(token, NULL);
-		else if (strcmp(parse->rtt_field, "cnt") == 0)
-			seen->rtt_cnt = strtod(token, NULL);
-	}
-	JSON_ACTION_DONE;
-}
-
-/*
- * Parses the "brokers" object with PostgreSQL's JSON parser, whose actions
- * keep only the few fields published. Returns NULL, or what was wrong.
- */
-static char *
-parse_brokers(OutboxProducer *producer, char *text)
-{
-	BrokersParse parse = {.producer = producer};
-	JsonSemAction sem = {
-		.semstate = &parse,
-		.object_start = brokers_nest,
-		.object_end = brokers_unnest,
-		.array_start = brokers_nest,
-		.array_end = brokers_unnest,
-		.object_field_start = brokers_field,
-		.scalar = brokers_scalar,
-	};
-	JsonParseErrorType result;
-	JsonLexContext *lex;
-
-	lex = compat_makeJsonLexContextCstringLen(text, strlen(text), PG_UTF8, true);
-	result = pg_parse_json(lex, &sem);
-	return result == JSON_SUCCESS ? NULL : json_errdetail(result, lex);
-}
-
-/*
- * Monitoring must never stall delivery: statistics that cannot be read are
- * skipped (said once per producer), whatever went wrong.
- */
-static void
-take_in_and_free(OutboxProducer *producer, char *text)
-{
-	MemoryContext caller = CurrentMemoryContext;
-	MemoryContext parse = AllocSetContextCreate(caller, "outbox statistics",
-												ALLOCSET_SMALL_SIZES);
-	uint32		holdoff = InterruptHoldoffCount;
-	char	   *problem = NULL;
-
-	PG_TRY();
-	{
-		MemoryContextSwitchTo(parse);
-		problem = parse_brokers(producer, text);
-		if (problem != NULL)
-			problem = MemoryContextStrdup(caller, problem);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		InterruptHoldoffCount = holdoff;
-		MemoryContextSwitchTo(caller);
-		error = CopyErrorData();
-		FlushErrorState();
-		problem = error->message;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(caller);
-	MemoryContextDelete(parse);
-	free(text);
-	if (problem != NULL && !producer->statistics_unreadable)
-		ereport(LOG,
-				(errmsg("%s: librdkafka's statistics could not be read, outbox_kafka_brokers may be stale: %s",
-						producer->name, problem)));
-	producer->statistics_unreadable = problem != NULL;
-}
-
-/*
- * Kafka is unreachable when brokers were tried and none is up. A broker in
- * INIT was never needed, or went back there after its connection was lost
- * (librdkafka's sparse connections): only the latter says something. A
- * producer that never got past the bootstrap addresses (a wrong password,
- * an untrusted certificate) knows no broker yet: those addresses say, and
- * between two attempts (back in INIT) librdkafka's "all brokers down". So
- * does one whose brokers librdkafka forgot (2.14 re-bootstraps after they
- * were all down): only the brokers of the last statistics count.
- */
-static bool
-brokers_all_down(OutboxProducer *producer)
-{
-	bool		tried = false;
-	int			seen = 0;
-
-	for (int i = 0; i < producer->nbrokers; i++)
-		seen += producer->broker_seen[i];
-	if (seen == 0)
-		return !producer->bootstrap_up &&
-			(producer->bootstrap_tried || producer->kafka_down);
-
-	for (int i = 0; i < producer->nbrokers; i++)
-	{
-		/* gone from the statistics: librdkafka forgot it (re-bootstrap) */
-		if (!producer->broker_seen[i])
-			continue;
-		if (strcmp(producer->brokers[i].state, "UP") == 0)
-			return false;
-		if (strcmp(producer->brokers[i].state, "INIT") != 0 || producer->broker_was_up[i])
-			tried = true;
-	}
-	return tried;
-}
-
-/*
- * Publishes the brokers of the statistics librdkafka sent since the last
- * look, and whether Kafka is reachable by their states.
- */
+/* Publishes what the statistics since the last look say (kafka_stats.c). */
 void
 outbox_producer_publish_brokers(OutboxProducer *producer)
 {
-	char	   *pending[MAX_PENDING_STATISTICS];
-	int			npending = producer->nstatistics;
-
-	if (npending == 0)
-		return;
-	memcpy(pending, producer->statistics, sizeof(char *) * npending);
-	producer->nstatistics = 0;
-	producer->bootstrap_tried = producer->bootstrap_up = false;
-	memset(producer->broker_seen, 0, sizeof(producer->broker_seen));
-	for (int i = 0; i < npending; i++)
-		take_in_and_free(producer, pending[i]);
-	producer->kafka_down = brokers_all_down(producer);
-	outbox_stats_brokers(producer->brokers, producer->nbrokers);
+	outbox_kafka_stats_publish(producer->kafka);
 }

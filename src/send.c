@@ -13,7 +13,8 @@
 #include "compat.h"
 #include "message.h"
 #include "settings.h"
-#include "shmem.h"
+#include "registry.h"
+#include "slots.h"
 #include "tracing.h"
 
 #include "access/genam.h"
@@ -166,14 +167,13 @@ check_headers(Jsonb *headers)
 }
 
 /*
- * The record Kafka gets must fit its limit: the payload, and the key and
- * headers twice (the envelope repeats them). The workers' own headers and
- * envelope fields fit in the margin the producer adds (see producer.c).
+ * The record Kafka gets must fit its limit, counted by the size rule of
+ * message.c.
  */
 static void
 check_record_size(Size payload, Size key, Size headers)
 {
-	Size		record = payload + 2 * (key + headers);
+	Size		record = outbox_message_counted_size(payload, key, headers);
 
 	if (record > (Size) outbox_max_message_bytes)
 		ereport(ERROR,
@@ -203,7 +203,7 @@ warn_if_not_delivered(void)
 		return;
 	warned_not_delivered = true;
 
-	if (!outbox_shmem_available())
+	if (!outbox_slots_available())
 	{
 		ereport(WARNING,
 				(errmsg("outbox is not in shared_preload_libraries: no worker will deliver this event"),

@@ -14,7 +14,7 @@
  */
 #include "stats.h"
 #include "settings.h"
-#include "shmem.h"
+#include "slots.h"
 
 #include <math.h>
 
@@ -53,8 +53,9 @@ typedef struct ShardStats
 	int			shard;
 	bool		attached;		/* a worker writes this entry */
 	TimestampTz last_used;
-	OutboxShardState state;
-	TimestampTz state_since;
+	OutboxShardState state;		/* what the running worker does */
+	TimestampTz state_since;	/* or when the last one left */
+	bool		no_extension;	/* the last one left as it found none */
 	pg_atomic_uint64 delivered;
 	pg_atomic_uint64 failed_attempts;
 	pg_atomic_uint64 dead_lettered;
@@ -167,19 +168,22 @@ find_entry_to_claim(Oid dboid, int shard)
 	return best;
 }
 
+/*
+ * Runs before the slot's own exit callback (registered after it), so the
+ * slot still says whether the worker leaves for want of the extension: the
+ * slot is freed soon after, and the shard goes on showing no_extension.
+ */
 static void
 detach(int code, Datum arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	bool		no_extension = (outbox_my_slot_state() == SLOT_NO_EXTENSION);
 
 	SpinLockAcquire(&mine->mutex);
 	mine->attached = false;
 	mine->last_used = now;
-	if (mine->state != SHARD_NO_EXTENSION)
-	{
-		mine->state = SHARD_STOPPED;
-		mine->state_since = now;
-	}
+	mine->state_since = now;
+	mine->no_extension = no_extension;
 	mine->in_flight_first = 0;
 	mine->nbrokers = 0;
 	SpinLockRelease(&mine->mutex);
@@ -214,6 +218,7 @@ outbox_stats_attach(Oid dboid, int shard)
 		entry->last_used = now;
 		entry->state = SHARD_STARTING;
 		entry->state_since = now;
+		entry->no_extension = false;
 		entry->in_flight_first = 0;
 		entry->nbrokers = 0;
 		SpinLockRelease(&entry->mutex);
@@ -465,28 +470,6 @@ copy_entry(int shard, ShardStats *copy)
 	return false;
 }
 
-/*
- * The worker serving (this database, shard): its pid, or 0 with *starting
- * set when the launcher has started one that has not attached yet.
- */
-static int
-shard_worker(int shard, bool *starting)
-{
-	*starting = false;
-	for (int i = 0; i < outbox_worker_slot_count(); i++)
-	{
-		OutboxWorkerInfo info = outbox_worker_info(i);
-
-		if (info.dboid != MyDatabaseId || info.shard != shard)
-			continue;
-		if (info.state == SLOT_STARTING)
-			*starting = true;
-		if (info.pid != 0 && (info.state == SLOT_RUNNING || info.state == SLOT_DELIVERING))
-			return info.pid;
-	}
-	return 0;
-}
-
 /* p in (0, 1]: the latency below which that share of the last minute's fall. */
 static bool
 latency_percentile(const ShardStats *entry, double p, TimestampTz now, double *ms)
@@ -525,51 +508,87 @@ latency_percentile(const ShardStats *entry, double p, TimestampTz now, double *m
 	return true;
 }
 
+/*
+ * What a running worker published; without one, what the slots say: one
+ * is starting or none runs, unless the last one left for want of the
+ * extension, which outlives its slot.
+ */
+static OutboxShardState
+shown_state(const ShardStats *entry, int pid, bool starting)
+{
+	if (pid != 0)
+		return entry->state;
+	if (entry->no_extension)
+		return SHARD_NO_EXTENSION;
+	return starting ? SHARD_STARTING : SHARD_STOPPED;
+}
+
+/*
+ * The OUT columns of outbox_shard_stats(), in the order the install script
+ * declares them (a new column: here, in add_shard_row, and in the SQL).
+ */
+typedef enum ShardColumn
+{
+	COL_SHARD,
+	COL_PID,
+	COL_STATE,
+	COL_STATE_SINCE,
+	COL_DELIVERED,
+	COL_FAILED_ATTEMPTS,
+	COL_DEAD_LETTERED,
+	COL_LAST_DELIVERED_AT,
+	COL_LAST_ERROR,
+	COL_LAST_ERROR_AT,
+	COL_ACK_LATENCY_P50_MS,
+	COL_ACK_LATENCY_P99_MS,
+	COL_STATS_RESET,
+	COL_IN_FLIGHT_FIRST_ID,
+	COL_IN_FLIGHT_LAST_ID,
+	COL_IN_FLIGHT_SINCE,
+	SHARD_COLUMNS
+} ShardColumn;
+
 #define TIMESTAMP_OR_NULL(t, i) \
 	do { if ((t) != 0) values[i] = TimestampTzGetDatum(t); else nulls[i] = true; } while (0)
 
 static void
 add_shard_row(Tuplestorestate *store, TupleDesc desc, int shard, TimestampTz now)
 {
-	Datum		values[16] = {0};
-	bool		nulls[16] = {0};
+	Datum		values[SHARD_COLUMNS] = {0};
+	bool		nulls[SHARD_COLUMNS] = {0};
 	ShardStats	entry;
 	bool		starting;
-	int			pid = shard_worker(shard, &starting);
-	OutboxShardState state;
+	int			pid = outbox_shard_worker(MyDatabaseId, shard, &starting);
+	bool		in_flight;
 	double		ms;
 
 	if (!copy_entry(shard, &entry))
-	{
 		memset(&entry, 0, sizeof(entry));
-		entry.state = SHARD_STOPPED;
-	}
-	state = entry.state;
-	if (pid == 0 && state != SHARD_NO_EXTENSION)
-		state = starting ? SHARD_STARTING : SHARD_STOPPED;
+	in_flight = entry.in_flight_first != 0 && pid != 0;
 
-	values[0] = Int32GetDatum(shard);
-	values[1] = Int32GetDatum(pid);
-	nulls[1] = (pid == 0);
-	values[2] = CStringGetTextDatum(state_names[state]);
-	TIMESTAMP_OR_NULL(entry.state_since, 3);
-	values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.delivered));
-	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.failed_attempts));
-	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.dead_lettered));
-	TIMESTAMP_OR_NULL(entry.last_delivered_at, 7);
-	values[8] = CStringGetTextDatum(entry.last_error);
-	nulls[8] = (entry.last_error[0] == '\0');
-	TIMESTAMP_OR_NULL(entry.last_error_at, 9);
-	nulls[10] = !latency_percentile(&entry, 0.5, now, &ms);
-	values[10] = Float8GetDatum(ms);
-	nulls[11] = !latency_percentile(&entry, 0.99, now, &ms);
-	values[11] = Float8GetDatum(ms);
-	TIMESTAMP_OR_NULL(entry.stats_reset, 12);
-	values[13] = Int64GetDatum(entry.in_flight_first);
-	values[14] = Int64GetDatum(entry.in_flight_last);
-	nulls[13] = nulls[14] = (entry.in_flight_first == 0 || pid == 0);
-	TIMESTAMP_OR_NULL(entry.in_flight_since, 15);
-	nulls[15] = nulls[13];
+	values[COL_SHARD] = Int32GetDatum(shard);
+	values[COL_PID] = Int32GetDatum(pid);
+	nulls[COL_PID] = (pid == 0);
+	values[COL_STATE] = CStringGetTextDatum(state_names[shown_state(&entry, pid, starting)]);
+	TIMESTAMP_OR_NULL(entry.state_since, COL_STATE_SINCE);
+	values[COL_DELIVERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.delivered));
+	values[COL_FAILED_ATTEMPTS] =
+		Int64GetDatum((int64) pg_atomic_read_u64(&entry.failed_attempts));
+	values[COL_DEAD_LETTERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.dead_lettered));
+	TIMESTAMP_OR_NULL(entry.last_delivered_at, COL_LAST_DELIVERED_AT);
+	values[COL_LAST_ERROR] = CStringGetTextDatum(entry.last_error);
+	nulls[COL_LAST_ERROR] = (entry.last_error[0] == '\0');
+	TIMESTAMP_OR_NULL(entry.last_error_at, COL_LAST_ERROR_AT);
+	nulls[COL_ACK_LATENCY_P50_MS] = !latency_percentile(&entry, 0.5, now, &ms);
+	values[COL_ACK_LATENCY_P50_MS] = Float8GetDatum(ms);
+	nulls[COL_ACK_LATENCY_P99_MS] = !latency_percentile(&entry, 0.99, now, &ms);
+	values[COL_ACK_LATENCY_P99_MS] = Float8GetDatum(ms);
+	TIMESTAMP_OR_NULL(entry.stats_reset, COL_STATS_RESET);
+	values[COL_IN_FLIGHT_FIRST_ID] = Int64GetDatum(entry.in_flight_first);
+	values[COL_IN_FLIGHT_LAST_ID] = Int64GetDatum(entry.in_flight_last);
+	values[COL_IN_FLIGHT_SINCE] = TimestampTzGetDatum(entry.in_flight_since);
+	nulls[COL_IN_FLIGHT_FIRST_ID] = nulls[COL_IN_FLIGHT_LAST_ID] =
+		nulls[COL_IN_FLIGHT_SINCE] = !in_flight;
 	tuplestore_putvalues(store, desc, values, nulls);
 }
 

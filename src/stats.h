@@ -10,6 +10,11 @@
 
 #include "event.h"
 
+/*
+ * What outbox_status.state says. A running worker publishes what it is
+ * doing (the first five after STARTING); whether one runs, is starting or
+ * is gone, and why, the worker slots say (slots.c).
+ */
 typedef enum OutboxShardState
 {
 	SHARD_STARTING,
@@ -34,7 +39,7 @@ typedef struct OutboxBrokerInfo
 	int64		in_flight;		/* requests waiting for a response */
 } OutboxBrokerInfo;
 
-/* shared memory, reserved and set up by shmem.c's hooks */
+/* shared memory: module.c's hooks reserve the size, then set it up */
 extern Size outbox_stats_shmem_size(void);
 extern void outbox_stats_shmem_startup(void);
 

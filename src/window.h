@@ -7,7 +7,7 @@
 #ifndef OUTBOX_WINDOW_H
 #define OUTBOX_WINDOW_H
 
-#include "batch.h"
+#include "queue.h"
 #include "producer.h"
 
 typedef struct OutboxWindow OutboxWindow;

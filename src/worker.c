@@ -26,13 +26,13 @@
  */
 #include "worker.h"
 #include "backoff.h"
-#include "batch.h"
+#include "queue.h"
 #include "compat.h"
 #include "durability.h"
 #include "lag_alert.h"
 #include "session.h"
 #include "settings.h"
-#include "shmem.h"
+#include "slots.h"
 #include "solo.h"
 #include "stats.h"
 #include "window.h"
@@ -62,6 +62,30 @@
  */
 #define SETTLE_INTERVAL_MS 10
 
+/*
+ * What the pipeline does, written once in worker_mode():
+ *
+ *   PRODUCING --a delivery failed, or what is in flight reached
+ *       message.timeout.ms--> REWINDING --every report in and
+ *       settled--> PRODUCING
+ *   PRODUCING, REWINDING --settings changed, the producer failed-->
+ *       REBUILDING --window drained, producer dropped--> PRODUCING
+ *   any --stop request (SIGTERM)--> STOPPING --window empty, or
+ *       outbox.shutdown_timeout--> exit
+ *
+ * Only PRODUCING reads and produces; the others produce nothing and settle
+ * once, when every report is in. Over any mode, a back-off (after an error
+ * in a pass, or Kafka taking nothing) suspends reads and settles until it
+ * ends. outbox_status.state is derived from the mode (publish_state).
+ */
+typedef enum WorkerMode
+{
+	MODE_PRODUCING,
+	MODE_REWINDING,				/* after a failure, for per-key order */
+	MODE_REBUILDING,			/* the producer must go: see the window through */
+	MODE_STOPPING				/* asked to stop: see the window through */
+} WorkerMode;
+
 typedef enum WaitReason
 {
 	WAIT_NONE,
@@ -72,13 +96,15 @@ typedef enum WaitReason
 
 typedef struct WorkerState
 {
-	int			slot;			/* in shared memory (shmem.c) */
+	int			slot;			/* in shared memory (slots.c) */
 	int			shard;
 	bool		extension_checked;	/* the first lookup was made */
 	bool		extension_gone;	/* a read found no extension: exit */
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
 	bool		rebuild_producer;	/* settings changed or producer failed */
+	bool		no_producer;	/* creating one failed: waiting for a
+								 * settings change */
 	OutboxWindow *window;
 	int64		cursor;			/* every id below is read or can't appear */
 	Oid			cursor_extension;	/* the extension the cursor is of */
@@ -117,12 +143,6 @@ static WorkerState worker_state;
 static char database_name[NAMEDATALEN];
 static char worker_name[NAMEDATALEN + 32] = "outbox";
 static char client_id[NAMEDATALEN + 32];
-
-const char *
-outbox_worker_name(void)
-{
-	return worker_name;
-}
 
 static long
 ms_until(TimestampTz t)
@@ -164,10 +184,10 @@ look_for_extension(WorkerState *st)
 	st->extension_checked = true;
 }
 
+/* The slot says why: outbox_status shows no_extension (stats.c). */
 static void
 exit_without_extension(WorkerState *st)
 {
-	outbox_stats_set_state(SHARD_NO_EXTENSION);
 	proc_exit(0);
 }
 
@@ -206,6 +226,35 @@ static bool
 backing_off(WorkerState *st)
 {
 	return st->backoff_until != 0 && GetCurrentTimestamp() < st->backoff_until;
+}
+
+/* The mode (WorkerMode): a stop outranks a rebuild, a rebuild a rewind. */
+static WorkerMode
+worker_mode(WorkerState *st)
+{
+	if (stopping())
+		return MODE_STOPPING;
+	if (st->rebuild_producer)
+		return MODE_REBUILDING;
+	if (st->rewinding)
+		return MODE_REWINDING;
+	return MODE_PRODUCING;
+}
+
+/* Stopping, or the producer must go: produce nothing, see the window through. */
+static bool
+draining(WorkerState *st)
+{
+	WorkerMode	mode = worker_mode(st);
+
+	return mode == MODE_STOPPING || mode == MODE_REBUILDING;
+}
+
+/* The one answer to "may the pipeline read and produce now?" */
+static bool
+may_produce(WorkerState *st)
+{
+	return worker_mode(st) == MODE_PRODUCING && !backing_off(st);
 }
 
 /* The producer knows what it was built from: it says if that changed. */
@@ -262,6 +311,7 @@ ensure_producer(WorkerState *st)
 	if (st->producer != NULL)
 		return !st->rebuild_producer;
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
+	st->no_producer = (st->producer == NULL);
 	if (st->producer == NULL)
 	{
 		outbox_stats_error(error);
@@ -271,13 +321,6 @@ ensure_producer(WorkerState *st)
 		return false;
 	}
 	return true;
-}
-
-/* Stopping, or the producer must go: produce nothing, see the window through. */
-static bool
-draining(WorkerState *st)
-{
-	return stopping() || st->rebuild_producer;
 }
 
 /*
@@ -321,7 +364,7 @@ time_out_in_flight(WorkerState *st)
 	TimestampTz deadline;
 	TimestampTz now;
 
-	if (st->rewinding || draining(st) || (deadline = in_flight_deadline(st)) == 0 ||
+	if (worker_mode(st) != MODE_PRODUCING || (deadline = in_flight_deadline(st)) == 0 ||
 		(now = GetCurrentTimestamp()) < deadline)
 		return;
 	outbox_producer_time_out(st->producer,
@@ -496,7 +539,7 @@ settle_due(WorkerState *st)
 
 	if (unsettled == 0 || backing_off(st))
 		return false;
-	if (st->rewinding || draining(st))
+	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0;
 	return unsettled >= outbox_batch_size ||
 		outbox_window_room(st->window, &bytes) == 0 ||
@@ -525,7 +568,7 @@ settle(WorkerState *st)
 	if (final)
 		unavailable = kafka_unavailable(st, events, n);
 	log_refusals(events, n);
-	if (!outbox_settle_events(events, n, extension_oid, st->shard))
+	if (!outbox_settle_events(worker_name, events, n, extension_oid, st->shard))
 		ereport(LOG,
 				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
 						worker_name)));
@@ -631,7 +674,7 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
  * still commit, or the first id not read. (Events in flight count as
  * delivered: if one is not, the settle moves the cursor back to it. An
  * event waiting for its retry brings the read back to it when due: see
- * due_keyed_retry() in batch.c.)
+ * due_keyed_retry() in queue.c.)
  */
 static int64
 next_cursor(OutboxBatch *batch)
@@ -735,7 +778,8 @@ publish_state(WorkerState *st)
 
 	if (st->kafka_failures > 0 && backing_off(st))
 		state = SHARD_WAITING_FOR_KAFKA;
-	else if (backing_off(st) || st->logged_wait == WAIT_PRODUCER)
+	else if (backing_off(st) ||
+			 (st->no_producer && outbox_enabled && !RecoveryInProgress()))
 		state = SHARD_BACKING_OFF;
 	else if (!outbox_window_is_empty(st->window))
 		state = kafka_state(st, SHARD_DELIVERING);
@@ -749,13 +793,13 @@ publish_state(WorkerState *st)
 }
 
 /*
- * Whether the worker may read and produce: enabled, a primary, producing
- * (not rewinding, draining or backing off), with a producer.
+ * Whether the worker may read and produce: producing (may_produce()),
+ * enabled, a primary, with a producer.
  */
 static bool
 may_read(WorkerState *st)
 {
-	if (st->rewinding || draining(st) || backing_off(st))
+	if (!may_produce(st))
 		return false;
 	if (!outbox_enabled)
 	{
@@ -800,7 +844,7 @@ look_at_lag(WorkerState *st)
 	bool		full = (st->looks++ % LAG_FULL_LOOK_EVERY == 0);
 	int64		from = full ? 0 :
 		Min(Min(st->cursor, outbox_window_lowest_id(st->window)), st->lag_floor);
-	int64		oldest = outbox_check_lag(st->shard, from);
+	int64		oldest = outbox_check_lag(worker_name, st->shard, from);
 
 	if (full)
 		st->lag_floor = oldest;
@@ -859,7 +903,7 @@ deliver(WorkerState *st)
 	{
 		if (may_read(st))
 			read_and_produce(st);
-		else if (!st->rewinding && !draining(st) && !backing_off(st))
+		else if (may_produce(st))
 		{
 			/* paused, in recovery or without a producer: look again later */
 			st->read_wanted = false;
@@ -989,19 +1033,18 @@ idle_ms(WorkerState *st)
 		return 0;
 	if (st->stop_deadline != 0)
 		ms = Min(ms, ms_until(st->stop_deadline));
-	if (!backing_off(st))
+	if (may_produce(st))
 	{
-		if (!st->rewinding && !draining(st) && !waiting_for_solo(st) &&
-			outbox_window_room(st->window, &bytes) > 0)
+		if (!waiting_for_solo(st) && outbox_window_room(st->window, &bytes) > 0)
 			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
-		if (outbox_window_unsettled(st->window, &since) > 0 && !st->rewinding && !draining(st))
+		if (outbox_window_unsettled(st->window, &since) > 0)
 			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
 	}
-	else
+	else if (backing_off(st))
 		ms = Min(ms, ms_until(st->backoff_until));
 	if (st->drain_deadline != 0)
 		ms = Min(ms, ms_until(st->drain_deadline));
-	if (!st->rewinding && !draining(st) && (deadline = in_flight_deadline(st)) != 0)
+	if (worker_mode(st) == MODE_PRODUCING && (deadline = in_flight_deadline(st)) != 0)
 		ms = Min(ms, ms_until(deadline));
 	return Max(ms, 0);
 }

@@ -1,5 +1,5 @@
 /*
- * batch.c
+ * queue.c
  *		The worker's SQL: find the extension, read a batch of committed
  *		events of one shard, and settle events afterwards (delete what
  *		Kafka acknowledged, record failures, move dead letters). Each step
@@ -10,13 +10,12 @@
  * plans; they are rebuilt only when the extension is dropped and created
  * again.
  */
-#include "batch.h"
+#include "queue.h"
 #include "backoff.h"
 #include "durability.h"
 #include "settings.h"
-#include "shmem.h"
+#include "registry.h"
 #include "stats.h"
-#include "worker.h"
 
 #include <unistd.h>
 
@@ -702,7 +701,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
  * deleted by someone else: nothing is left to do for it.
  */
 static void
-delete_delivered(OutboxEvent **events, int nevents, int shard)
+delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 {
 	Datum	   *ctids = palloc(sizeof(Datum) * Max(nevents, 1));
 	int64	   *ids = palloc(sizeof(int64) * Max(nevents, 1));
@@ -729,28 +728,15 @@ delete_delivered(OutboxEvent **events, int nevents, int shard)
 
 	ereport(DEBUG1,
 			(errmsg_internal("%s: " UINT64_FORMAT " of %d delivered events moved since they were read, deleting them by id",
-							 outbox_worker_name(), (uint64) (n - SPI_processed), n)));
+							 who, (uint64) (n - SPI_processed), n)));
 	args[0] = Int32GetDatum(shard);
 	if (SPI_execute_plan(plans.delete_by_id, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox: deleting delivered events failed");
 }
 
-/*
- * The wait before an event's retry: one Kafka refused counts an attempt
- * and waits longer each time; one Kafka will take later waits the
- * shortest back-off, uncounted.
- */
-static int
-retry_wait_ms(const OutboxEvent *event)
-{
-	if (event->outcome == EVENT_FAILED_PERMANENT)
-		return outbox_backoff_ms(event->attempts + 1);
-	return outbox_backoff_ms(1);
-}
-
 /* Records failures; moves events out of attempts to the dead letters. */
 static void
-record_failures(OutboxEvent **events, int nevents, int shard)
+record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
 {
 	int64	   *ids = palloc(sizeof(int64) * Max(nevents, 1));
 	Datum	   *errors = palloc(sizeof(Datum) * Max(nevents, 1));
@@ -768,7 +754,7 @@ record_failures(OutboxEvent **events, int nevents, int shard)
 		ids[n] = event->id;
 		errors[n] = CStringGetTextDatum(event->error ? event->error : "unknown error");
 		permanent[n] = BoolGetDatum(event->outcome == EVENT_FAILED_PERMANENT);
-		waits[n] = Int32GetDatum(retry_wait_ms(event));
+		waits[n] = Int32GetDatum(outbox_backoff_event_ms(event));
 		n++;
 	}
 	if (n == 0)
@@ -790,14 +776,15 @@ record_failures(OutboxEvent **events, int nevents, int shard)
 		outbox_stats_dead_lettered(SPI_processed);
 		ereport(WARNING,
 				(errmsg("%s: moved " UINT64_FORMAT " event(s) to outbox_dead_letter after %d attempts",
-						outbox_worker_name(), (uint64) SPI_processed, outbox_max_attempts),
+						who, (uint64) SPI_processed, outbox_max_attempts),
 				 errdetail("The first failed event of the list, id " INT64_FORMAT ", failed with: %s",
 						   ids[0], TextDatumGetCString(errors[0]))));
 	}
 }
 
 bool
-outbox_settle_events(OutboxEvent **events, int nevents, Oid extension_oid, int shard)
+outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
+					 Oid extension_oid, int shard)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	bool		current;
@@ -806,8 +793,8 @@ outbox_settle_events(OutboxEvent **events, int nevents, Oid extension_oid, int s
 	current = find_extension() && plans_extension_oid == extension_oid;
 	if (current)
 	{
-		delete_delivered(events, nevents, shard);
-		record_failures(events, nevents, shard);
+		delete_delivered(who, events, nevents, shard);
+		record_failures(who, events, nevents, shard);
 	}
 	end_step(caller_context);
 	return current;

@@ -1,10 +1,10 @@
 /*
- * batch.h
+ * queue.h
  *		The worker's SQL: find the extension, read the next committed events
  *		of a shard, settle delivered and failed events.
  */
-#ifndef OUTBOX_BATCH_H
-#define OUTBOX_BATCH_H
+#ifndef OUTBOX_QUEUE_H
+#define OUTBOX_QUEUE_H
 
 #include "event.h"
 
@@ -43,9 +43,9 @@ extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
  * Deletes the delivered events of a list and records the failed ones (retry
  * times, dead letters), in one transaction; events of another extension
  * than the current one (dropped since) are left alone. Returns false if
- * that extension is gone.
+ * that extension is gone. who: the worker, for the log.
  */
-extern bool outbox_settle_events(OutboxEvent **events, int nevents,
+extern bool outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 								 Oid extension_oid, int shard);
 
 extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at,
@@ -53,4 +53,4 @@ extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created
 extern int64 outbox_pending_count(int shard);
 extern const char *outbox_instance_id(void);
 
-#endif							/* OUTBOX_BATCH_H */
+#endif							/* OUTBOX_QUEUE_H */

@@ -1,16 +1,24 @@
 /*
- * shmem.h
- *		State shared by the backends, the launcher and the workers: worker
- *		slots, the launcher's inbox, database pauses for DDL, and the
- *		registry of ids still in open transactions.
+ * slots.h
+ *		The delivery workers' slots in shared memory: which (database, shard)
+ *		each worker serves, who it is, and where it is in its life. The one
+ *		place that says whether a shard's worker is starting, running,
+ *		delivering or gone.
  */
-#ifndef OUTBOX_SHMEM_H
-#define OUTBOX_SHMEM_H
+#ifndef OUTBOX_SLOTS_H
+#define OUTBOX_SLOTS_H
 
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
 
+/*
+ * A slot's life: FREE -> STARTING (the launcher reserved it) -> RUNNING
+ * (the worker attached) -> DELIVERING or NO_EXTENSION (its look for the
+ * extension) -> EXITED or FAILED (it left; NO_EXTENSION stays) -> FREE
+ * (the launcher took the news). A worker that never attaches: STARTING ->
+ * FREE.
+ */
 typedef enum OutboxSlotState
 {
 	SLOT_FREE,
@@ -38,32 +46,28 @@ typedef struct OutboxWorkerInfo
 	uint32		generation;
 } OutboxWorkerInfo;
 
-extern bool outbox_shmem_available(void);
-extern void outbox_shmem_install_hooks(void);
+/* shared memory: module.c's hooks reserve the size, then set it up */
+extern Size outbox_slots_shmem_size(void);
+extern void outbox_slots_shmem_startup(void);
+extern bool outbox_slots_available(void);
 
-/* the id registry (backends register, workers read the floor) */
-extern int64 outbox_next_id_registered(Oid sequence);
-extern void outbox_register_reinsert(int64 min_id);
-extern void outbox_clear_inflight(void);
-extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation);
-extern void outbox_wake_shards(uint64 shard_mask);
-
-/* worker slots */
+/* anyone */
 extern int	outbox_worker_slot_count(void);
 extern OutboxWorkerInfo outbox_worker_info(int i);
+extern int	outbox_shard_worker(Oid dboid, int shard, bool *starting);
+extern void outbox_wake_shards(uint64 shard_mask);
+
+/* the launcher */
 extern uint32 outbox_reserve_worker_slot(int i, Oid dboid, int shard);
 extern bool outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state);
+
+/* the worker of a slot */
 extern bool outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard);
 extern void outbox_worker_found_extension(int i, bool found, TimestampTz looked_at);
+extern OutboxSlotState outbox_my_slot_state(void);
 
-/* the launcher's inbox and database pauses */
-extern void outbox_launcher_attach(void);
-extern void outbox_request_launcher(Oid dboid);
-extern void outbox_wake_launcher(void);
-extern int	outbox_take_launcher_requests(Oid *dboids);
-extern int	outbox_max_launcher_requests(void);
-extern bool outbox_pause_database(Oid dboid);
-extern void outbox_resume_database(Oid dboid);
-extern bool outbox_database_paused(Oid dboid);
+/* the rewind generations the id registry bumps (registry.c) */
+extern void outbox_rewind_database_slots(Oid dboid);
+extern uint64 outbox_slot_rewind_generation(int i);
 
-#endif							/* OUTBOX_SHMEM_H */
+#endif							/* OUTBOX_SLOTS_H */

@@ -1,0 +1,232 @@
+/*
+ * registry.c
+ *		The id registry: which outbox ids are still in uncommitted
+ *		transactions, per database, so a worker can start each read at the
+ *		first id that can still appear instead of rescanning the dead rows
+ *		its own deletes left behind. Its parts: send.c registers each
+ *		transaction's first id and clears it at commit or abort; this file
+ *		computes the floor with the read's snapshot; queue.c scans from
+ *		min(cursor, floor); worker.c's next_cursor() moves the cursor.
+ */
+#include "registry.h"
+#include "compat.h"
+#include "slots.h"
+
+#include "access/twophase.h"
+#include "commands/sequence.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/snapmgr.h"
+
+/* Registry entry of one PGPROC: its database and its lowest open id. */
+typedef struct RegistryEntry
+{
+	Oid			dboid;
+	pg_atomic_uint64 lowest_id;	/* 0 if none */
+} RegistryEntry;
+
+typedef struct RegistryShared
+{
+	int			nprocs;			/* one entry per PGPROC */
+	RegistryEntry entries[FLEXIBLE_ARRAY_MEMBER];
+} RegistryShared;
+
+static RegistryShared *registry = NULL;
+static LWLock *registry_lock = NULL;
+static LWLock *registry_gate = NULL;
+static bool registered_this_xact = false;
+
+static int
+proc_count(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
+Size
+outbox_registry_shmem_size(void)
+{
+	return add_size(offsetof(RegistryShared, entries),
+					mul_size(proc_count(), sizeof(RegistryEntry)));
+}
+
+/* The registry's lock and its gate; see "the read floor" below. */
+void
+outbox_registry_request_locks(void)
+{
+	RequestNamedLWLockTranche("outbox", 2);
+}
+
+/* Called with AddinShmemInitLock held. */
+void
+outbox_registry_shmem_startup(void)
+{
+	bool		found;
+
+	registry = ShmemInitStruct("outbox registry", outbox_registry_shmem_size(), &found);
+	if (!found)
+	{
+		registry->nprocs = proc_count();
+		for (int i = 0; i < registry->nprocs; i++)
+		{
+			registry->entries[i].dboid = InvalidOid;
+			pg_atomic_init_u64(&registry->entries[i].lowest_id, 0);
+		}
+	}
+	registry_lock = &(GetNamedLWLockTranche("outbox"))[0].lock;
+	registry_gate = &(GetNamedLWLockTranche("outbox"))[1].lock;
+}
+
+/*
+ * The read floor, end to end.
+ *
+ * What it is for: a worker deletes what Kafka acknowledged, so its shard is
+ * a trail of dead rows below its position. Starting each read at its
+ * cursor skips them, but is only safe if no event below the cursor can
+ * still commit. The floor is the lowest id an open transaction of this
+ * database may still commit; a read scans from min(cursor, floor) and
+ * leaves the next read a cursor of at most its floor and at most the id
+ * after the last event it read (worker.c, next_cursor).
+ *
+ * Why it holds: outbox_id_seq has CACHE 1 and NO CYCLE (send.c refuses
+ * any other), so ids are handed out in call order. A transaction's first
+ * nextval() runs with the registry lock held shared, and its id is stored
+ * in the backend's entry before the lock is released; its later ids are
+ * higher. The entry is cleared at XACT_EVENT_COMMIT, after the commit is
+ * visible in the ProcArray, or at abort. A worker takes the registry lock
+ * exclusively, scans the entries, takes its snapshot, then releases. Every
+ * id is therefore, as seen by that read, either
+ *  - handed out before the worker's exclusive hold, and its transaction
+ *    still registered: the id is >= the floor, so >= the next cursor; or
+ *    it ended before the scan: a commit is then in the snapshot (the
+ *    clearing write follows the ProcArray update, and the worker's lock
+ *    acquisitions order its reads after that write), so the read returns
+ *    the id or stops below it; or
+ *  - handed out after the hold: higher than every id handed out before,
+ *    so than every id the snapshot shows, so at or above the next cursor.
+ * Dead letters put back (outbox_register_reinsert) register their lowest
+ * old id the same way and bump the workers' rewind generation, so the
+ * next read starts from 0.
+ *
+ * Why the gate: LWLocks prefer no one. A shared acquirer gets the lock
+ * whenever no one holds it exclusively, waiters or not, so with many
+ * concurrent outbox_send calls (each holding the lock across nextval(),
+ * which waits on the sequence's buffer lock and, every 32nd call, on WAL)
+ * the shared count may never fall to zero and the worker's read waits
+ * indefinitely (LWLock/outbox). So registrants first take and at once
+ * release a second lock, the gate, in shared mode; the worker takes the
+ * gate exclusively and then the registry lock. A shared hold of the gate
+ * lasts a few instructions, so the worker gets the gate quickly; while it
+ * holds it, no new registrant reaches the registry lock, and the worker
+ * waits only for those already past the gate, one nextval() each. No one
+ * holding the registry lock waits for the gate, so there is no cycle.
+ */
+
+/* Registrants pass the gate: a worker waiting for the floor goes first. */
+static void
+acquire_registry_shared(void)
+{
+	LWLockAcquire(registry_gate, LW_SHARED);
+	LWLockRelease(registry_gate);
+	LWLockAcquire(registry_lock, LW_SHARED);
+}
+
+static RegistryEntry *
+my_entry(void)
+{
+	int			procno = COMPAT_MY_PROC_NUMBER;
+
+	if (procno < 0 || procno >= registry->nprocs)
+		elog(ERROR, "outbox: process number %d outside the registry", procno);
+	return &registry->entries[procno];
+}
+
+/* Lowers this backend's registered id to id; the caller holds the lock. */
+static void
+register_inflight_id(int64 id)
+{
+	RegistryEntry *entry = my_entry();
+	uint64		current = pg_atomic_read_u64(&entry->lowest_id);
+
+	entry->dboid = MyDatabaseId;
+	if (current == 0 || (uint64) id < current)
+		pg_atomic_write_u64(&entry->lowest_id, (uint64) id);
+	registered_this_xact = true;
+}
+
+/*
+ * Allocates an outbox id and, on the transaction's first, registers it
+ * before it can be seen anywhere (see "the read floor" above).
+ */
+int64
+outbox_next_id_registered(Oid sequence)
+{
+	int64		id;
+
+	if (registry == NULL || registered_this_xact)
+		return nextval_internal(sequence, false);
+
+	/* wait for DDL on the sequence before, not while, holding the LWLock */
+	LockRelationOid(sequence, RowExclusiveLock);
+	acquire_registry_shared();
+	id = nextval_internal(sequence, false);
+	register_inflight_id(id);
+	LWLockRelease(registry_lock);
+	return id;
+}
+
+/*
+ * Registers ids older than the workers' positions (dead letters put back
+ * into the outbox) and makes the workers of this database read their
+ * shards from the start.
+ */
+void
+outbox_register_reinsert(int64 min_id)
+{
+	if (registry == NULL)
+		return;
+	acquire_registry_shared();
+	register_inflight_id(min_id);
+	outbox_rewind_database_slots(MyDatabaseId);
+	LWLockRelease(registry_lock);
+}
+
+void
+outbox_clear_inflight(void)
+{
+	if (registry != NULL && registered_this_xact)
+		pg_atomic_write_u64(&my_entry()->lowest_id, 0);
+	registered_this_xact = false;
+}
+
+/*
+ * Takes the snapshot a worker reads its batch with, and returns the lowest
+ * id any transaction of this database still open at that moment can commit
+ * (PG_INT64_MAX if none), with the worker's rewind generation. Must be
+ * called in a transaction; pushes the snapshot as active. The gate first,
+ * so that registrants cannot keep the registry lock from us.
+ */
+int64
+outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
+{
+	uint64		floor = PG_UINT64_MAX;
+
+	LWLockAcquire(registry_gate, LW_EXCLUSIVE);
+	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < registry->nprocs; i++)
+	{
+		uint64		id = pg_atomic_read_u64(&registry->entries[i].lowest_id);
+
+		if (id != 0 && id < floor && registry->entries[i].dboid == MyDatabaseId)
+			floor = id;
+	}
+	*rewind_generation = outbox_slot_rewind_generation(slot);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	LWLockRelease(registry_lock);
+	LWLockRelease(registry_gate);
+
+	return floor > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) floor;
+}

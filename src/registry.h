@@ -1,0 +1,25 @@
+/*
+ * registry.h
+ *		The id registry in shared memory: the lowest outbox id each open
+ *		transaction may still commit, so a worker can start its read at the
+ *		read floor (registry.c explains the protocol end to end).
+ */
+#ifndef OUTBOX_REGISTRY_H
+#define OUTBOX_REGISTRY_H
+
+#include "postgres.h"
+
+/* shared memory: module.c's hooks reserve the size, then set it up */
+extern Size outbox_registry_shmem_size(void);
+extern void outbox_registry_request_locks(void);
+extern void outbox_registry_shmem_startup(void);
+
+/* backends sending events (send.c) */
+extern int64 outbox_next_id_registered(Oid sequence);
+extern void outbox_register_reinsert(int64 min_id);
+extern void outbox_clear_inflight(void);
+
+/* workers reading their shard (queue.c) */
+extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation);
+
+#endif							/* OUTBOX_REGISTRY_H */
