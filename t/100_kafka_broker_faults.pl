@@ -55,8 +55,12 @@ sub leader_out
 	return sprintf('out_s=%.1f leaders_moved_s=%.1f', time - $at, $moved);
 }
 
+# Open: with the leader killed under load, about one run in four delivers a
+# key's few events after later ones of the same key (seen since the fault
+# falls inside the load; not reproduced with log_min_messages = debug1).
 fault_under_load($node, $cluster, 'partition leader killed', topic => 'kill', first => 1,
-	bound => $window * $shards, fault => sub { leader_out('kill', 'kill_broker', 'start_broker', 12) });
+	bound => $window * $shards, order_todo => 'open: per-key order after a leader is killed under load',
+	fault => sub { leader_out('kill', 'kill_broker', 'start_broker', 12) });
 # longer than socket.timeout.ms (3 s) and message.timeout.ms (5 s)
 fault_under_load($node, $cluster, 'broker paused beyond the request timeout', topic => 'pause',
 	first => 11, bound => $window * $shards,
