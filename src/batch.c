@@ -140,7 +140,7 @@ forget_plans(void)
  * for each read, where the array is a constant the executor hashes.
  */
 #define READ_COLUMNS "o.id, o.topic, o.key, o.payload, o.headers, o.created_at, o.ctid," \
-	" o.payload_type, o.attempts"
+	" o.payload_type, o.attempts, o.xmin"
 
 static char *
 read_sql(const char *s, const char *hold, const char *skip)
@@ -511,10 +511,13 @@ copy_bytes(Datum datum, char **data, int *len)
  * to max_bytes of what the events bring (payload, key, headers and topic;
  * at least one event): the rest is read again next time, so a worker's
  * memory is bounded by bytes, not events, whatever part of an event is big.
+ * Notes where the asynchronous commits of the copied events end.
  */
 static void
 copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 {
+	TransactionId *xids = palloc(sizeof(TransactionId) * Max(SPI_processed, 1));
+	int			nxids = 0;
 	MemoryContext old = MemoryContextSwitchTo(batch_context);
 	TupleDesc	desc = SPI_tuptable->tupdesc;
 	int64		bytes = 0;
@@ -527,7 +530,12 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 		OutboxEvent *event = &batch->events[n];
 		bool		isnull;
 		Datum		value;
+		TransactionId xmin;
 
+		/* a transaction's events are usually next to each other */
+		xmin = DatumGetTransactionId(SPI_getbinval(row, desc, 10, &isnull));
+		if (nxids == 0 || xids[nxids - 1] != xmin)
+			xids[nxids++] = xmin;
 		event->id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
 		event->topic = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
 		value = SPI_getbinval(row, desc, 3, &event->key_isnull);
@@ -554,6 +562,7 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 	batch->bytes = bytes;
 	batch->more = (n < (int) SPI_processed);
 	MemoryContextSwitchTo(old);
+	batch->async_commits_lsn = outbox_async_commits_end(xids, nxids);
 }
 
 /*
