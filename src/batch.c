@@ -594,14 +594,16 @@ any_held(int shard)
  * extension does not exist.
  */
 /*
- * The read is a walk of the shard's index in id order that stops at its
- * limit. Statistics from when the outbox was small (or none: a first
- * backlog) make a bitmap or sequential scan of the whole backlog plus a
- * sort look cheaper, and one such read fetches every pending row; so,
- * for this transaction only, the planner gets no such choice.
+ * The worker's statements touch a few rows of a table that may hold a
+ * backlog: the read is a walk of the shard's index in id order that stops
+ * at its limit, the delete fetches rows by position. Statistics from when
+ * the outbox was small (or none: a first backlog) make a bitmap or
+ * sequential scan of the whole backlog (plus a sort) look cheaper, and one
+ * such read fetches every pending row, one such delete reads them all; so,
+ * for the step's transaction only, the planner gets no such choice.
  */
 static void
-plan_read_in_id_order(void)
+plan_by_index_only(void)
 {
 	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
@@ -656,7 +658,7 @@ execute_read(int shard, int64 scan_from, int limit, bool holding,
 	args[1] = Int64GetDatum(scan_from);
 	args[2] = Int32GetDatum(limit);
 	args[3] = PointerGetDatum(int8_array(skip, nskip));
-	plan_read_in_id_order();
+	plan_by_index_only();
 	if (nskip == 0)
 		plan = holding ? plans.read_holding : plans.read;
 	else
@@ -815,6 +817,7 @@ outbox_settle_events(OutboxEvent **events, int nevents, Oid extension_oid, int s
 	current = find_extension() && plans_extension_oid == extension_oid;
 	if (current)
 	{
+		plan_by_index_only();
 		delete_delivered(events, nevents, shard);
 		record_failures(events, nevents, shard);
 	}
@@ -851,6 +854,12 @@ outbox_reshard_orphans(int shard)
 	begin_step("outbox: adopting events of removed shards");
 	if (find_extension())
 	{
+		/*
+		 * Usually there is none: a walk of the shards' index above the
+		 * last, which statistics of a small outbox (or none: a first
+		 * backlog, before any read) would make a scan of the whole table
+		 */
+		plan_by_index_only();
 		if (SPI_execute_plan(plans.reshard, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "outbox: adopting events of removed shards failed");
 		moved = SPI_processed;
