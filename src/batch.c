@@ -217,14 +217,19 @@ prepare_settle_plans(const char *s)
 	 * By row position: no index descent per event. The id check keeps a
 	 * table rewrite (VACUUM FULL, CLUSTER, pg_repack) from turning an old
 	 * position into another, undelivered event; the rows a rewrite moved
-	 * are then deleted by id. Planned for each batch: a generic plan made
-	 * while the table was small is a sequential scan, and stays one as a
-	 * backlog grows (2000 ms per batch of 1000 in a 200k-row outbox).
+	 * are then deleted by id. A join of the (position, id) pairs with a
+	 * fetch by position for each: one generic plan whatever the table's
+	 * statistics (the list's size is unknown to it), where a list of
+	 * positions and one of ids would be planned for each batch (the
+	 * planner estimating each element: a third of the worker's
+	 * instructions) or, planned once, compare each row's id with the
+	 * whole list.
 	 */
 	plans.delete = prepare_with(psprintf(
-										 "DELETE FROM %s.outbox WHERE ctid" EQ "ANY($1)"
-										 " AND id" EQ "ANY($2)", s),
-								2, delete_args, CURSOR_OPT_CUSTOM_PLAN);
+										 "DELETE FROM %s.outbox o USING ROWS FROM"
+										 " (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(ctid, id)"
+										 " WHERE o.ctid" EQ "d.ctid AND o.id" EQ "d.id", s),
+								2, delete_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.delete_by_id = prepare_with(psprintf(
 											   "DELETE FROM %s.outbox WHERE shard" EQ "$1"
 											   " AND id" EQ "ANY($2)", s),
