@@ -20,6 +20,7 @@
 
 #include <unistd.h>
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -511,6 +512,36 @@ copy_bytes(Datum datum, char **data, int *len)
 		pfree(value);
 }
 
+/* The read's columns (READ_COLUMNS), from 0. */
+enum
+{
+	COL_ID, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS, COL_CREATED_AT, COL_CTID,
+	COL_PAYLOAD_TYPE, COL_ATTEMPTS, COL_XMIN, READ_NCOLUMNS
+};
+
+/* Copies one row of the read into an event, in the current context. */
+static void
+copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
+{
+	event->id = DatumGetInt64(values[COL_ID]);
+	event->topic = TextDatumGetCString(values[COL_TOPIC]);
+	event->key_isnull = nulls[COL_KEY];
+	if (!event->key_isnull)
+		copy_bytes(values[COL_KEY], &event->key, &event->keylen);
+	event->payload_isnull = nulls[COL_PAYLOAD];
+	if (!event->payload_isnull)
+		copy_bytes(values[COL_PAYLOAD], &event->payload, &event->payloadlen);
+	if (!nulls[COL_HEADERS])
+		copy_headers(event, values[COL_HEADERS]);
+	event->created_at = DatumGetTimestampTz(values[COL_CREATED_AT]);
+	event->ctid = *(ItemPointer) DatumGetPointer(values[COL_CTID]);
+	event->payload_type = nulls[COL_PAYLOAD_TYPE] ? 0 : DatumGetChar(values[COL_PAYLOAD_TYPE]);
+	event->attempts = DatumGetInt32(values[COL_ATTEMPTS]);
+	event->outcome = EVENT_SKIPPED;
+	event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +
+		strlen(event->topic) + 1;
+}
+
 /*
  * Copies the rows SPI returned into the batch, in the batch's context, up
  * to max_bytes of what the events bring (payload, key, headers and topic;
@@ -527,40 +558,23 @@ copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
 	TupleDesc	desc = SPI_tuptable->tupdesc;
 	int64		bytes = 0;
 	int			n = 0;
+	Datum		values[READ_NCOLUMNS];
+	bool		nulls[READ_NCOLUMNS];
 
+	Assert(desc->natts == READ_NCOLUMNS);
 	batch->events = palloc0(sizeof(OutboxEvent) * Max(SPI_processed, 1));
 	while (n < (int) SPI_processed && (n == 0 || bytes < max_bytes))
 	{
-		HeapTuple	row = SPI_tuptable->vals[n];
-		OutboxEvent *event = &batch->events[n];
-		bool		isnull;
-		Datum		value;
 		TransactionId xmin;
 
+		/* each row's columns at once, not a walk of the row per column */
+		heap_deform_tuple(SPI_tuptable->vals[n], desc, values, nulls);
 		/* a transaction's events are usually next to each other */
-		xmin = DatumGetTransactionId(SPI_getbinval(row, desc, 10, &isnull));
+		xmin = DatumGetTransactionId(values[COL_XMIN]);
 		if (nxids == 0 || xids[nxids - 1] != xmin)
 			xids[nxids++] = xmin;
-		event->id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-		event->topic = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
-		value = SPI_getbinval(row, desc, 3, &event->key_isnull);
-		if (!event->key_isnull)
-			copy_bytes(value, &event->key, &event->keylen);
-		value = SPI_getbinval(row, desc, 4, &event->payload_isnull);
-		if (!event->payload_isnull)
-			copy_bytes(value, &event->payload, &event->payloadlen);
-		value = SPI_getbinval(row, desc, 5, &isnull);
-		if (!isnull)
-			copy_headers(event, value);
-		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
-		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
-		value = SPI_getbinval(row, desc, 8, &isnull);
-		event->payload_type = isnull ? 0 : DatumGetChar(value);
-		event->attempts = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
-		event->outcome = EVENT_SKIPPED;
-		event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +
-			strlen(event->topic) + 1;
-		bytes += event->size;
+		copy_event(&batch->events[n], values, nulls);
+		bytes += batch->events[n].size;
 		n++;
 	}
 	batch->nevents = n;
