@@ -20,7 +20,6 @@
 
 #include <unistd.h>
 
-#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -29,6 +28,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/params.h"
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -543,45 +543,84 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
 }
 
 /*
- * Copies the rows SPI returned into the batch, in the batch's context, up
- * to max_bytes of what the events bring (payload, key, headers and topic;
- * at least one event): the rest is read again next time, so a worker's
- * memory is bounded by bytes, not events, whatever part of an event is big.
- * Notes where the asynchronous commits of the copied events end.
+ * Takes the read's rows from the executor into the batch, in the batch's
+ * context (not first into SPI's tuple table: a copy of every row), up to
+ * max_bytes of what the events bring (payload, key, headers and topic; at
+ * least one event): the rest is read again next time, so a worker's
+ * memory is bounded by bytes, not events, whatever part of an event is
+ * big. Notes the xmins of the rows it copies, whose asynchronous commits
+ * must be durable before they are produced.
  */
-static void
-copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
+typedef struct ReadReceiver
 {
-	TransactionId *xids = palloc(sizeof(TransactionId) * Max(SPI_processed, 1));
-	int			nxids = 0;
-	MemoryContext old = MemoryContextSwitchTo(batch_context);
-	TupleDesc	desc = SPI_tuptable->tupdesc;
-	int64		bytes = 0;
-	int			n = 0;
-	Datum		values[READ_NCOLUMNS];
-	bool		nulls[READ_NCOLUMNS];
+	DestReceiver pub;
+	OutboxBatch *batch;			/* events sized for the read's limit */
+	MemoryContext batch_context;
+	int64		max_bytes;
+	TransactionId *xids;		/* as many as events */
+	int			nxids;
+} ReadReceiver;
 
-	Assert(desc->natts == READ_NCOLUMNS);
-	batch->events = palloc0(sizeof(OutboxEvent) * Max(SPI_processed, 1));
-	while (n < (int) SPI_processed && (n == 0 || bytes < max_bytes))
+static bool
+read_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	ReadReceiver *r = (ReadReceiver *) self;
+	OutboxBatch *batch = r->batch;
+	MemoryContext old;
+	TransactionId xmin;
+
+	if (batch->nevents > 0 && batch->bytes >= r->max_bytes)
 	{
-		TransactionId xmin;
-
-		/* each row's columns at once, not a walk of the row per column */
-		heap_deform_tuple(SPI_tuptable->vals[n], desc, values, nulls);
-		/* a transaction's events are usually next to each other */
-		xmin = DatumGetTransactionId(values[COL_XMIN]);
-		if (nxids == 0 || xids[nxids - 1] != xmin)
-			xids[nxids++] = xmin;
-		copy_event(&batch->events[n], values, nulls);
-		bytes += batch->events[n].size;
-		n++;
+		/* a row beyond the bytes: the executor stops here */
+		batch->more = true;
+		return false;
 	}
-	batch->nevents = n;
-	batch->bytes = bytes;
-	batch->more = (n < (int) SPI_processed);
+	slot_getallattrs(slot);
+	/* a transaction's events are usually next to each other */
+	xmin = DatumGetTransactionId(slot->tts_values[COL_XMIN]);
+	if (r->nxids == 0 || r->xids[r->nxids - 1] != xmin)
+		r->xids[r->nxids++] = xmin;
+	old = MemoryContextSwitchTo(r->batch_context);
+	copy_event(&batch->events[batch->nevents], slot->tts_values, slot->tts_isnull);
 	MemoryContextSwitchTo(old);
-	batch->async_commits_lsn = outbox_async_commits_end(xids, nxids);
+	batch->bytes += batch->events[batch->nevents].size;
+	batch->nevents++;
+	return true;
+}
+
+static void
+read_startup(DestReceiver *self, int operation, TupleDesc desc)
+{
+	Assert(desc->natts == READ_NCOLUMNS);
+}
+
+static void
+read_shutdown(DestReceiver *self)
+{
+}
+
+static void
+read_destroy(DestReceiver *self)
+{
+}
+
+/* A receiver of up to limit events into batch. */
+static ReadReceiver *
+read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 max_bytes)
+{
+	ReadReceiver *r = palloc0(sizeof(ReadReceiver));
+
+	r->pub.receiveSlot = read_receive;
+	r->pub.rStartup = read_startup;
+	r->pub.rShutdown = read_shutdown;
+	r->pub.rDestroy = read_destroy;
+	r->pub.mydest = DestNone;	/* none of SPI's: it keeps no rows */
+	r->batch = batch;
+	r->batch_context = batch_context;
+	r->max_bytes = max_bytes;
+	r->xids = palloc(sizeof(TransactionId) * Max(limit, 1));
+	batch->events = MemoryContextAllocZero(batch_context, sizeof(OutboxEvent) * Max(limit, 1));
+	return r;
 }
 
 /*
@@ -660,15 +699,19 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 /*
  * Runs the read in the variant it needs: holding keys back or not, and
  * leaving out the window's events at or above scan_from, if there are any.
+ * Its rows go to the receiver.
  */
-static int
+static void
 execute_read(int shard, int64 scan_from, int limit, bool holding,
-			 const int64 *window_ids, int nwindow)
+			 const int64 *window_ids, int nwindow, ReadReceiver *receiver)
 {
+	static const Oid types[] = {INT4OID, INT8OID, INT4OID, INT8ARRAYOID};
 	int64	   *skip = palloc(sizeof(int64) * Max(nwindow, 1));
 	int			nskip = 0;
 	Datum		args[4];
+	SPIExecuteOptions options = {0};
 	SPIPlanPtr	plan;
+	int			nargs;
 
 	for (int i = 0; i < nwindow; i++)
 		if (window_ids[i] >= scan_from)
@@ -682,7 +725,19 @@ execute_read(int shard, int64 scan_from, int limit, bool holding,
 		plan = holding ? plans.read_holding : plans.read;
 	else
 		plan = holding ? plans.read_holding_skipping : plans.read_skipping;
-	return SPI_execute_plan(plan, args, NULL, true, 0);
+	nargs = SPI_getargcount(plan);
+	options.params = makeParamList(nargs);
+	for (int i = 0; i < nargs; i++)
+	{
+		options.params->params[i].value = args[i];
+		options.params->params[i].isnull = false;
+		options.params->params[i].pflags = PARAM_FLAG_CONST;
+		options.params->params[i].ptype = types[i];
+	}
+	options.read_only = true;
+	options.dest = &receiver->pub;
+	if (SPI_execute_plan_extended(plan, &options) < 0)
+		elog(ERROR, "outbox: reading a batch failed");
 }
 
 bool
@@ -692,7 +747,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 {
 	MemoryContext batch_context = CurrentMemoryContext;
 	bool		holding;
-	int			ret;
+	ReadReceiver *receiver;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
@@ -716,11 +771,10 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
 		nwindow = 0;
-	ret = execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "outbox: reading a batch failed");
-	copy_events(batch, batch_context, max_bytes);
-	batch->more |= (SPI_processed == (uint64) limit);
+	receiver = read_receiver(batch, batch_context, limit, max_bytes);
+	execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow, receiver);
+	batch->more |= (batch->nevents == limit);
+	batch->async_commits_lsn = outbox_async_commits_end(receiver->xids, receiver->nxids);
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
 	return true;
