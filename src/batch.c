@@ -218,18 +218,18 @@ prepare_settle_plans(const char *s)
 	 * By row position: no index descent per event. The id check keeps a
 	 * table rewrite (VACUUM FULL, CLUSTER, pg_repack) from turning an old
 	 * position into another, undelivered event; the rows a rewrite moved
-	 * are then deleted by id. A join of the (position, id) pairs with a
-	 * fetch by position for each: one generic plan whatever the table's
-	 * statistics (the list's size is unknown to it), where a list of
-	 * positions and one of ids would be planned for each batch (the
-	 * planner estimating each element: a third of the worker's
-	 * instructions) or, planned once, compare each row's id with the
-	 * whole list.
+	 * are then deleted by id. The rows the list of positions fetches,
+	 * hash-joined with the (position, id) pairs: one generic plan whatever
+	 * the table's statistics (the list's size is unknown to it), where
+	 * the two lists alone would be planned for each batch (the planner
+	 * estimating each element: a third of the worker's instructions) or,
+	 * planned once, compare each row's id with the whole list.
 	 */
 	plans.delete = prepare_with(psprintf(
 										 "DELETE FROM %s.outbox o USING ROWS FROM"
 										 " (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(ctid, id)"
-										 " WHERE o.ctid" EQ "d.ctid AND o.id" EQ "d.id", s),
+										 " WHERE o.ctid" EQ "ANY($1)"
+										 " AND o.ctid" EQ "d.ctid AND o.id" EQ "d.id", s),
 								2, delete_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.delete_by_id = prepare_with(psprintf(
 											   "DELETE FROM %s.outbox WHERE shard" EQ "$1"
@@ -651,6 +651,14 @@ any_held(int shard)
  * batch, so a read thrown away cannot consume it. Returns false while the
  * extension does not exist.
  */
+/* For the rest of the step's transaction. */
+static void
+set_planner_option(const char *name, const char *value)
+{
+	(void) set_config_option(name, value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
 /*
  * The worker's statements touch a few rows of a table that may hold a
  * backlog: the read is a walk of the shard's index in id order that stops
@@ -663,10 +671,8 @@ any_held(int shard)
 static void
 plan_by_index_only(void)
 {
-	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	(void) set_config_option("enable_seqscan", "off", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
+	set_planner_option("enable_bitmapscan", "off");
+	set_planner_option("enable_seqscan", "off");
 }
 
 /*
@@ -781,6 +787,22 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 }
 
 /*
+ * The delete by position, planned as a hash join: a nested loop would
+ * fetch each position alone, and each such fetch asks the kernel for the
+ * table's size (an lseek per event). Other statements keep their joins.
+ */
+static void
+execute_delete(Datum *args)
+{
+	char	   *nestloop = pstrdup(GetConfigOption("enable_nestloop", false, false));
+
+	set_planner_option("enable_nestloop", "off");
+	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox: deleting delivered events failed");
+	set_planner_option("enable_nestloop", nestloop);
+}
+
+/*
  * Deletes the delivered events: by position and id, and by id for those a
  * table rewrite moved since they were read. A row missing altogether was
  * deleted by someone else: nothing is left to do for it.
@@ -806,8 +828,7 @@ delete_delivered(OutboxEvent **events, int nevents, int shard)
 	args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
 											  false, TYPALIGN_SHORT));
 	args[1] = PointerGetDatum(int8_array(ids, n));
-	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "outbox: deleting delivered events failed");
+	execute_delete(args);
 	if (SPI_processed == (uint64) n)
 		return;
 
