@@ -11,6 +11,7 @@
 #include "access/xlogdefs.h"
 
 extern XLogRecPtr outbox_visible_commits_end(void);
-extern bool outbox_wait_durable(XLogRecPtr lsn);
+extern XLogRecPtr outbox_async_commits_end(const TransactionId *xids, int n);
+extern bool outbox_wait_durable(XLogRecPtr visible_end, XLogRecPtr async_end);
 
 #endif							/* OUTBOX_DURABILITY_H */

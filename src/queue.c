@@ -27,6 +27,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/params.h"
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -139,7 +140,7 @@ forget_plans(void)
  * for each read, where the array is a constant the executor hashes.
  */
 #define READ_COLUMNS "o.id, o.topic, o.key, o.payload, o.headers, o.created_at, o.ctid," \
-	" o.payload_type, o.attempts"
+	" o.payload_type, o.attempts, o.xmin"
 
 static char *
 read_sql(const char *s, const char *hold, const char *skip)
@@ -216,14 +217,19 @@ prepare_settle_plans(const char *s)
 	 * By row position: no index descent per event. The id check keeps a
 	 * table rewrite (VACUUM FULL, CLUSTER, pg_repack) from turning an old
 	 * position into another, undelivered event; the rows a rewrite moved
-	 * are then deleted by id. Planned for each batch: a generic plan made
-	 * while the table was small is a sequential scan, and stays one as a
-	 * backlog grows (2000 ms per batch of 1000 in a 200k-row outbox).
+	 * are then deleted by id. The rows the list of positions fetches,
+	 * hash-joined with the (position, id) pairs: one generic plan whatever
+	 * the table's statistics (the list's size is unknown to it), where
+	 * the two lists alone would be planned for each batch (the planner
+	 * estimating each element: a third of the worker's instructions) or,
+	 * planned once, compare each row's id with the whole list.
 	 */
 	plans.delete = prepare_with(psprintf(
-										 "DELETE FROM %s.outbox WHERE ctid" EQ "ANY($1)"
-										 " AND id" EQ "ANY($2)", s),
-								2, delete_args, CURSOR_OPT_CUSTOM_PLAN);
+										 "DELETE FROM %s.outbox o USING ROWS FROM"
+										 " (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(ctid, id)"
+										 " WHERE o.ctid" EQ "ANY($1)"
+										 " AND o.ctid" EQ "d.ctid AND o.id" EQ "d.id", s),
+								2, delete_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.delete_by_id = prepare_with(psprintf(
 											   "DELETE FROM %s.outbox WHERE shard" EQ "$1"
 											   " AND id" EQ "ANY($2)", s),
@@ -505,54 +511,115 @@ copy_bytes(Datum datum, char **data, int *len)
 		pfree(value);
 }
 
-/*
- * Copies the rows SPI returned into the batch, in the batch's context, up
- * to max_bytes of what the events bring (payload, key, headers and topic;
- * at least one event): the rest is read again next time, so a worker's
- * memory is bounded by bytes, not events, whatever part of an event is big.
- */
-static void
-copy_events(OutboxBatch *batch, MemoryContext batch_context, int64 max_bytes)
+/* The read's columns (READ_COLUMNS), from 0. */
+enum
 {
-	MemoryContext old = MemoryContextSwitchTo(batch_context);
-	TupleDesc	desc = SPI_tuptable->tupdesc;
-	int64		bytes = 0;
-	int			n = 0;
+	COL_ID, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS, COL_CREATED_AT, COL_CTID,
+	COL_PAYLOAD_TYPE, COL_ATTEMPTS, COL_XMIN, READ_NCOLUMNS
+};
 
-	batch->events = palloc0(sizeof(OutboxEvent) * Max(SPI_processed, 1));
-	while (n < (int) SPI_processed && (n == 0 || bytes < max_bytes))
+/* Copies one row of the read into an event, in the current context. */
+static void
+copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
+{
+	event->id = DatumGetInt64(values[COL_ID]);
+	event->topic = TextDatumGetCString(values[COL_TOPIC]);
+	event->key_isnull = nulls[COL_KEY];
+	if (!event->key_isnull)
+		copy_bytes(values[COL_KEY], &event->key, &event->keylen);
+	event->payload_isnull = nulls[COL_PAYLOAD];
+	if (!event->payload_isnull)
+		copy_bytes(values[COL_PAYLOAD], &event->payload, &event->payloadlen);
+	if (!nulls[COL_HEADERS])
+		copy_headers(event, values[COL_HEADERS]);
+	event->created_at = DatumGetTimestampTz(values[COL_CREATED_AT]);
+	event->ctid = *(ItemPointer) DatumGetPointer(values[COL_CTID]);
+	event->payload_type = nulls[COL_PAYLOAD_TYPE] ? 0 : DatumGetChar(values[COL_PAYLOAD_TYPE]);
+	event->attempts = DatumGetInt32(values[COL_ATTEMPTS]);
+	event->outcome = EVENT_SKIPPED;
+	event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +
+		strlen(event->topic) + 1;
+}
+
+/*
+ * Takes the read's rows from the executor into the batch, in the batch's
+ * context (not first into SPI's tuple table: a copy of every row), up to
+ * max_bytes of what the events bring (payload, key, headers and topic; at
+ * least one event): the rest is read again next time, so a worker's
+ * memory is bounded by bytes, not events, whatever part of an event is
+ * big. Notes the xmins of the rows it copies, whose asynchronous commits
+ * must be durable before they are produced.
+ */
+typedef struct ReadReceiver
+{
+	DestReceiver pub;
+	OutboxBatch *batch;			/* events sized for the read's limit */
+	MemoryContext batch_context;
+	int64		max_bytes;
+	TransactionId *xids;		/* as many as events */
+	int			nxids;
+} ReadReceiver;
+
+static bool
+read_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	ReadReceiver *r = (ReadReceiver *) self;
+	OutboxBatch *batch = r->batch;
+	MemoryContext old;
+	TransactionId xmin;
+
+	if (batch->nevents > 0 && batch->bytes >= r->max_bytes)
 	{
-		HeapTuple	row = SPI_tuptable->vals[n];
-		OutboxEvent *event = &batch->events[n];
-		bool		isnull;
-		Datum		value;
-
-		event->id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-		event->topic = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
-		value = SPI_getbinval(row, desc, 3, &event->key_isnull);
-		if (!event->key_isnull)
-			copy_bytes(value, &event->key, &event->keylen);
-		value = SPI_getbinval(row, desc, 4, &event->payload_isnull);
-		if (!event->payload_isnull)
-			copy_bytes(value, &event->payload, &event->payloadlen);
-		value = SPI_getbinval(row, desc, 5, &isnull);
-		if (!isnull)
-			copy_headers(event, value);
-		event->created_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
-		event->ctid = *(ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 7, &isnull));
-		value = SPI_getbinval(row, desc, 8, &isnull);
-		event->payload_type = isnull ? 0 : DatumGetChar(value);
-		event->attempts = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
-		event->outcome = EVENT_SKIPPED;
-		event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +
-			strlen(event->topic) + 1;
-		bytes += event->size;
-		n++;
+		/* a row beyond the bytes: the executor stops here */
+		batch->more = true;
+		return false;
 	}
-	batch->nevents = n;
-	batch->bytes = bytes;
-	batch->more = (n < (int) SPI_processed);
+	slot_getallattrs(slot);
+	/* a transaction's events are usually next to each other */
+	xmin = DatumGetTransactionId(slot->tts_values[COL_XMIN]);
+	if (r->nxids == 0 || r->xids[r->nxids - 1] != xmin)
+		r->xids[r->nxids++] = xmin;
+	old = MemoryContextSwitchTo(r->batch_context);
+	copy_event(&batch->events[batch->nevents], slot->tts_values, slot->tts_isnull);
 	MemoryContextSwitchTo(old);
+	batch->bytes += batch->events[batch->nevents].size;
+	batch->nevents++;
+	return true;
+}
+
+static void
+read_startup(DestReceiver *self, int operation, TupleDesc desc)
+{
+	Assert(desc->natts == READ_NCOLUMNS);
+}
+
+static void
+read_shutdown(DestReceiver *self)
+{
+}
+
+static void
+read_destroy(DestReceiver *self)
+{
+}
+
+/* A receiver of up to limit events into batch. */
+static ReadReceiver *
+read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 max_bytes)
+{
+	ReadReceiver *r = palloc0(sizeof(ReadReceiver));
+
+	r->pub.receiveSlot = read_receive;
+	r->pub.rStartup = read_startup;
+	r->pub.rShutdown = read_shutdown;
+	r->pub.rDestroy = read_destroy;
+	r->pub.mydest = DestNone;	/* none of SPI's: it keeps no rows */
+	r->batch = batch;
+	r->batch_context = batch_context;
+	r->max_bytes = max_bytes;
+	r->xids = palloc(sizeof(TransactionId) * Max(limit, 1));
+	batch->events = MemoryContextAllocZero(batch_context, sizeof(OutboxEvent) * Max(limit, 1));
+	return r;
 }
 
 /*
@@ -583,20 +650,28 @@ any_held(int shard)
  * batch, so a read thrown away cannot consume it. Returns false while the
  * extension does not exist.
  */
+/* For the rest of the step's transaction. */
+static void
+set_planner_option(const char *name, const char *value)
+{
+	(void) set_config_option(name, value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
 /*
- * The read is a walk of the shard's index in id order that stops at its
- * limit. Statistics from when the outbox was small (or none: a first
- * backlog) make a bitmap or sequential scan of the whole backlog plus a
- * sort look cheaper, and one such read fetches every pending row; so,
- * for this transaction only, the planner gets no such choice.
+ * The worker's statements touch a few rows of a table that may hold a
+ * backlog: the read is a walk of the shard's index in id order that stops
+ * at its limit, the delete fetches rows by position. Statistics from when
+ * the outbox was small (or none: a first backlog) make a bitmap or
+ * sequential scan of the whole backlog (plus a sort) look cheaper, and one
+ * such read fetches every pending row, one such delete reads them all; so,
+ * for the step's transaction only, the planner gets no such choice.
  */
 static void
-plan_read_in_id_order(void)
+plan_by_index_only(void)
 {
-	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	(void) set_config_option("enable_seqscan", "off", PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
+	set_planner_option("enable_bitmapscan", "off");
+	set_planner_option("enable_seqscan", "off");
 }
 
 /*
@@ -629,15 +704,19 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 /*
  * Runs the read in the variant it needs: holding keys back or not, and
  * leaving out the window's events at or above scan_from, if there are any.
+ * Its rows go to the receiver.
  */
-static int
+static void
 execute_read(int shard, int64 scan_from, int limit, bool holding,
-			 const int64 *window_ids, int nwindow)
+			 const int64 *window_ids, int nwindow, ReadReceiver *receiver)
 {
+	static const Oid types[] = {INT4OID, INT8OID, INT4OID, INT8ARRAYOID};
 	int64	   *skip = palloc(sizeof(int64) * Max(nwindow, 1));
 	int			nskip = 0;
 	Datum		args[4];
+	SPIExecuteOptions options = {0};
 	SPIPlanPtr	plan;
+	int			nargs;
 
 	for (int i = 0; i < nwindow; i++)
 		if (window_ids[i] >= scan_from)
@@ -646,12 +725,24 @@ execute_read(int shard, int64 scan_from, int limit, bool holding,
 	args[1] = Int64GetDatum(scan_from);
 	args[2] = Int32GetDatum(limit);
 	args[3] = PointerGetDatum(int8_array(skip, nskip));
-	plan_read_in_id_order();
+	plan_by_index_only();
 	if (nskip == 0)
 		plan = holding ? plans.read_holding : plans.read;
 	else
 		plan = holding ? plans.read_holding_skipping : plans.read_skipping;
-	return SPI_execute_plan(plan, args, NULL, true, 0);
+	nargs = SPI_getargcount(plan);
+	options.params = makeParamList(nargs);
+	for (int i = 0; i < nargs; i++)
+	{
+		options.params->params[i].value = args[i];
+		options.params->params[i].isnull = false;
+		options.params->params[i].pflags = PARAM_FLAG_CONST;
+		options.params->params[i].ptype = types[i];
+	}
+	options.read_only = true;
+	options.dest = &receiver->pub;
+	if (SPI_execute_plan_extended(plan, &options) < 0)
+		elog(ERROR, "outbox: reading a batch failed");
 }
 
 bool
@@ -661,7 +752,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 {
 	MemoryContext batch_context = CurrentMemoryContext;
 	bool		holding;
-	int			ret;
+	ReadReceiver *receiver;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
@@ -685,14 +776,29 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
 		nwindow = 0;
-	ret = execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "outbox: reading a batch failed");
-	copy_events(batch, batch_context, max_bytes);
-	batch->more |= (SPI_processed == (uint64) limit);
+	receiver = read_receiver(batch, batch_context, limit, max_bytes);
+	execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow, receiver);
+	batch->more |= (batch->nevents == limit);
+	batch->async_commits_lsn = outbox_async_commits_end(receiver->xids, receiver->nxids);
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
 	return true;
+}
+
+/*
+ * The delete by position, planned as a hash join: a nested loop would
+ * fetch each position alone, and each such fetch asks the kernel for the
+ * table's size (an lseek per event). Other statements keep their joins.
+ */
+static void
+execute_delete(Datum *args)
+{
+	char	   *nestloop = pstrdup(GetConfigOption("enable_nestloop", false, false));
+
+	set_planner_option("enable_nestloop", "off");
+	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "outbox: deleting delivered events failed");
+	set_planner_option("enable_nestloop", nestloop);
 }
 
 /*
@@ -721,8 +827,7 @@ delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 	args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
 											  false, TYPALIGN_SHORT));
 	args[1] = PointerGetDatum(int8_array(ids, n));
-	if (SPI_execute_plan(plans.delete, args, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "outbox: deleting delivered events failed");
+	execute_delete(args);
 	if (SPI_processed == (uint64) n)
 		return;
 
@@ -793,6 +898,7 @@ outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 	current = find_extension() && plans_extension_oid == extension_oid;
 	if (current)
 	{
+		plan_by_index_only();
 		delete_delivered(who, events, nevents, shard);
 		record_failures(who, events, nevents, shard);
 	}
@@ -829,6 +935,12 @@ outbox_reshard_orphans(int shard)
 	begin_step("outbox: adopting events of removed shards");
 	if (find_extension())
 	{
+		/*
+		 * Usually there is none: a walk of the shards' index above the
+		 * last, which statistics of a small outbox (or none: a first
+		 * backlog, before any read) would make a scan of the whole table
+		 */
+		plan_by_index_only();
 		if (SPI_execute_plan(plans.reshard, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "outbox: adopting events of removed shards failed");
 		moved = SPI_processed;

@@ -22,6 +22,7 @@ typedef struct OutboxBatch
 	uint64		rewind_generation;	/* of the registry, when read */
 	Oid			extension_oid;	/* the extension the rows were read from */
 	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
+	XLogRecPtr	async_commits_lsn;	/* its events' asynchronous commits end */
 } OutboxBatch;
 
 extern int	outbox_reshard_orphans(int shard);
