@@ -15,12 +15,12 @@
  */
 #include "durability.h"
 #include "compat.h"
+#include "stop.h"
 
 #include "access/transam.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
-#include "postmaster/interrupt.h"
 #include "pgstat.h"
 #include "replication/syncrep.h"
 #include "replication/walsender_private.h"
@@ -125,7 +125,7 @@ outbox_wait_durable(XLogRecPtr visible_end, XLogRecPtr async_end)
 	while (sync_standbys_defined() && sync_standbys_flushed() < lsn)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
+		if (outbox_stop_requested())
 			return false;
 		if (!reported)
 			pgstat_report_activity(STATE_RUNNING,

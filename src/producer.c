@@ -18,6 +18,7 @@
 #include "kafka_stats.h"
 #include "settings.h"
 #include "stats.h"
+#include "stop.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -25,7 +26,6 @@
 
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "postmaster/interrupt.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -711,7 +711,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		}
 		/* a stopping worker produces nothing more; the event stays */
 		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
+		if (outbox_stop_requested())
 		{
 			event->outcome = EVENT_FAILED_RETRIABLE;
 			event->error = "the worker is stopping";

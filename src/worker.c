@@ -36,6 +36,7 @@
 #include "solo.h"
 #include "stats.h"
 #include "window.h"
+#include "stop.h"
 
 #include <ctype.h>
 
@@ -203,7 +204,7 @@ log_wait_once(WorkerState *st, WaitReason reason, const char *message)
 static bool
 stopping(void)
 {
-	return ShutdownRequestPending;
+	return outbox_stop_requested();
 }
 
 /* A stopping worker waits at most a second, and never past its deadline. */
