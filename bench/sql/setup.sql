@@ -3,20 +3,10 @@
 -- drains inside the server (a client loop would add its own latency).
 
 CREATE SEQUENCE plain_id_seq NO CYCLE;
--- the outbox's columns and primary key, for the enqueue and drain baselines
-CREATE TABLE plain (
-    id              bigint      NOT NULL,
-    shard           integer     NOT NULL,
-    topic           text        NOT NULL,
-    key             bytea,
-    payload         bytea       NOT NULL,
-    headers         jsonb,
-    created_at      timestamptz NOT NULL,
-    attempts        integer     NOT NULL DEFAULT 0,
-    last_error      text,
-    last_attempt_at timestamptz,
-    next_attempt_at timestamptz,
-    PRIMARY KEY (shard, id));
+-- the outbox's own shape (columns, defaults, primary key and indexes),
+-- taken from the installed table, for the enqueue and drain baselines
+CREATE TABLE plain (LIKE outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS
+                    INCLUDING INDEXES INCLUDING STORAGE);
 
 -- Polls until every shard is empty, committing between polls so that it
 -- holds no snapshot. Per shard it keeps the lowest id still there: the
