@@ -26,6 +26,7 @@ OUT=$(realpath -m "$OUT"); [ -z "$LOG_COPY" ] || LOG_COPY=$(realpath -m "$LOG_CO
 
 ensure_packages
 [ "$KAFKA" != real ] || ensure_kafka_jars
+case " $* " in *debezium*) ensure_debezium_jars ;; esac
 log "building the module, the broker and the helpers"
 make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null
 make_workdir
@@ -43,7 +44,7 @@ install -m 644 "$ROOT/outbox.control" "$ROOT"/sql/outbox--*.sql "$PGI$($PG_BIN/p
 chown -R "$RUN_USER" "$WORK"
 
 rc=0
-(cd "$WORK" && as_user env TESTDIR="$WORK" OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" PG_REGRESS="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
+(cd "$WORK" && as_user env TESTDIR="$WORK" OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" OUTBOX_DEBEZIUM_LIBS="$OUTBOX_DEBEZIUM_LIBS" PG_REGRESS="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
   BENCH_GIT="$(git -C "$ROOT" describe --always --dirty 2>/dev/null || true)" \
   BENCH_MODULE_MD5="$(md5sum < "$ROOT/outbox.so" | cut -d' ' -f1)" \
   BENCH_LIBRDKAFKA="$(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null || true)" \
