@@ -252,7 +252,7 @@ sub outage
 	my ($ctx, $run, $prefix, $script, $measure, $done) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my $before = $measure->();
-	$res->record('debezium', "${prefix}_before_$_", 'bytes', $run, $before->{$_}) for sort keys %$before;
+	$res->record('debezium', "${prefix}_before_$_", /rows/ ? 'rows' : 'bytes', $run, $before->{$_}) for sort keys %$before;
 	kafka_down($env, 1);
 	my $out = $env->file("outage_$prefix.out");
 	my $ok = eval {
@@ -265,7 +265,12 @@ sub outage
 	kafka_down($env, 0);
 	die $@ unless $ok;
 	$res->record('debezium', "${prefix}_events", 'events', $run, Bench::Env::pgbench_result($out)->{count});
-	$res->record('debezium', "${prefix}_after_$_", 'bytes', $run, $after->{$_}) for sort keys %$after;
+	for my $k (sort keys %$after)
+	{
+		my $unit = $k =~ /rows/ ? 'rows' : 'bytes';
+		$res->record('debezium', "${prefix}_after_$k", $unit, $run, $after->{$k});
+		$res->record('debezium', "${prefix}_grown_$k", $unit, $run, $after->{$k} - $before->{$k});
+	}
 	wait_until(600, $done) or die "$prefix: not delivered 600 s after Kafka came back";
 	$res->record('debezium', "${prefix}_recovery_s", 's', $run, Time::HiRes::time() - $t0);
 }
