@@ -62,6 +62,7 @@ sub run
 		for my $r (@rates)
 		{
 			$p99{outbox}{ $r->[0] } = outbox_latency($ctx, $run, @$r);
+			floor_latency($ctx, $run, @$r);
 		}
 		outbox_drain($ctx, $run, $n);
 		for my $mode (qw(default tuned))
@@ -127,6 +128,20 @@ sub outbox_latency
 		seconds => $cfg->{latency_seconds}, source => 'outbox');
 	record_figures($ctx, $run, "outbox_$label", $l, cpu_s($pid) - $cpu0, [$pid]);
 	return percentile(0.99, map { $_->[1] } @{ $l->{samples} });
+}
+
+# The cluster's own latency at the rate in this run (what the latency part
+# calls the floor): a plain librdkafka producer into the same consumer.
+sub floor_latency
+{
+	my ($ctx, $run, $label, $rate) = @_;
+	my $l = Bench::Load::run($ctx->{env}, label => "dbzcmp_floor_$label", rate => $rate,
+		seconds => $ctx->{cfg}{latency_seconds}, source => 'producer');
+	my @ms = map { $_->[1] } @{ $l->{samples} };
+	for my $q ([ p50 => 0.5 ], [ p99 => 0.99 ])
+	{
+		$ctx->{res}->record('debezium', "floor_${label}_$q->[0]_ms", 'ms', $run, percentile($q->[1], @ms));
+	}
 }
 
 sub dbz_latency
@@ -244,15 +259,17 @@ sub kafka_down
 	else { $b->command($down ? 'down all' : 'up all'); }
 }
 
-# What a 60-s outage leaves behind in PostgreSQL: for $what's load (a
-# pgbench script at 1000/s), the figures of $measure (sub -> {name => value})
-# at its end; then the time from Kafka's return until $done is true.
+# What a 60-s outage leaves behind in PostgreSQL: for a load (a pgbench
+# script at 1000/s into $topic), the figures of $measure (sub -> {name =>
+# value}) at its end; then the time from Kafka's return until $done is
+# true, and the messages beyond the events that reached $topic.
 sub outage
 {
-	my ($ctx, $run, $prefix, $script, $measure, $done) = @_;
+	my ($ctx, $run, $prefix, $topic, $script, $measure, $done) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my $before = $measure->();
-	$res->record('debezium', "${prefix}_before_$_", /rows/ ? 'rows' : 'bytes', $run, $before->{$_}) for sort keys %$before;
+	$res->record('debezium', "${prefix}_before_$_", /rows/ ? 'rows' : 'bytes', $run, $before->{$_})
+	  for grep { $_ ne 'wal_written' } sort keys %$before;
 	kafka_down($env, 1);
 	my $out = $env->file("outage_$prefix.out");
 	my $ok = eval {
@@ -268,11 +285,15 @@ sub outage
 	for my $k (sort keys %$after)
 	{
 		my $unit = $k =~ /rows/ ? 'rows' : 'bytes';
-		$res->record('debezium', "${prefix}_after_$k", $unit, $run, $after->{$k});
+		$res->record('debezium', "${prefix}_after_$k", $unit, $run, $after->{$k}) unless $k eq 'wal_written';
 		$res->record('debezium', "${prefix}_grown_$k", $unit, $run, $after->{$k} - $before->{$k});
 	}
 	wait_until(600, $done) or die "$prefix: not delivered 600 s after Kafka came back";
 	$res->record('debezium', "${prefix}_recovery_s", 's', $run, Time::HiRes::time() - $t0);
+	# duplicates the outage caused (the topic also holds one warm-up message)
+	sleep 2;
+	$res->record('debezium', "${prefix}_kafka_surplus", 'messages', $run,
+		$env->kafka_total($topic) - 1 - Bench::Env::pgbench_result($out)->{count});
 }
 
 sub dbz_outage
@@ -282,16 +303,22 @@ sub dbz_outage
 	my $topic = $env->fresh_topic('dbz_outage');
 	warm_topics($env, $topic);
 	my $sent;
-	outage($ctx, $run, 'dbz_outage', dbz_script($env, $topic, 1, "repeat('x', $ctx->{cfg}{payload})"),
+	outage($ctx, $run, 'dbz_outage', $topic, dbz_script($env, $topic, 1, "repeat('x', $ctx->{cfg}{payload})"),
 		sub {
-			my ($wal, $table) = split /\|/, $env->sql('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), '
-				  . "pg_total_relation_size('" . TABLE . "') FROM pg_replication_slots WHERE slot_name = '" . SLOT . "'");
-			return { slot_wal_retained => $wal, table_bytes => $table };
+			# wal_written: its growth is the WAL written meanwhile, all of
+			# which the slot must keep (nothing is confirmed while Kafka is
+			# down); slot_wal_retained also holds what Connect had not yet
+			# confirmed before (its offsets are flushed every 60 s)
+			my ($wal, $table, $pos) = split /\|/, $env->sql('SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), '
+				  . "pg_total_relation_size('" . TABLE . "'), pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') "
+				  . "FROM pg_replication_slots WHERE slot_name = '" . SLOT . "'");
+			return { slot_wal_retained => $wal, table_bytes => $table, wal_written => $pos };
 		},
 		sub {
 			$sent //= Bench::Env::pgbench_result($env->file('outage_dbz_outage.out'))->{count};
 			$env->kafka_total($topic) >= $sent + 1;
 		});
+	record_rss($ctx->{res}, $run, 'dbz_outage_after', [ connect_pids($env, $c) ]);
 }
 
 sub outbox_outage
@@ -303,13 +330,15 @@ sub outbox_outage
 	$env->sql('VACUUM outbox');
 	my $topic = $env->fresh_topic('outbox_outage');
 	$env->warm_topics($topic);
-	outage($ctx, $run, 'outbox_outage', $env->script('outbox_outage', "\\set i random(1, 1000)\n"
+	outage($ctx, $run, 'outbox_outage', $topic, $env->script('outbox_outage', "\\set i random(1, 1000)\n"
 		  . "SELECT outbox_send('$topic', repeat('x', $ctx->{cfg}{payload}), 'k' || :i);\n"),
 		sub {
 			my ($rows, $table) = split /\|/, $env->sql(q{SELECT count(*), pg_total_relation_size('outbox') FROM outbox});
 			return { rows => $rows, table_bytes => $table };
 		},
 		sub { $env->sql('SELECT count(*) FROM outbox') == 0 });
+	# what the worker kept of the outage (librdkafka's queue, glibc's arenas)
+	record_rss($ctx->{res}, $run, 'outbox_outage_after', $env->worker_pids);
 }
 
 # ---- the application's transaction ----------------------------------------
