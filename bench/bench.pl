@@ -166,6 +166,8 @@ sub meta
 		install_warning => '',
 		module_md5 => $ENV{BENCH_MODULE_MD5} // '',
 		outbox_settings => $ctx->{settings} // {},
+		# the debezium part's versions and Connect settings
+		($ctx->{debezium} ? (debezium => $ctx->{debezium}) : ()),
 		kafka => kafka_meta($cfg),
 		notes => [
 			'Ratios are computed within each run, then summarised (median, min, max over runs).',

@@ -396,6 +396,7 @@ sub start_connect
 	mkdir $dir;
 	my $node = $env->node;
 	my $c = { mode => $mode, dir => $dir, port => KafkaCluster::free_port(), log => "$dir/connect-$mode.log" };
+	my $jar = sub { my ($re) = @_; my ($f) = grep { /$re/ } map { s{.*/}{}r } glob("$LIBS/*.jar"); $f // '' };
 	my %worker = (
 		'bootstrap.servers' => $env->bootstrap,
 		'key.converter' => 'org.apache.kafka.connect.storage.StringConverter',
@@ -425,6 +426,12 @@ sub start_connect
 		# the topic is the row's aggregatetype, the key its aggregateid
 		'transforms.outbox.route.topic.replacement' => '${routedByValue}',
 		$mode eq 'tuned' ? %{ $TUNED{connector} } : ());
+	# what results.json's meta tells of this part (bench.pl's meta)
+	$ctx->{debezium}{$mode} = { worker => { map { $_ => $worker{$_} } grep { !/bootstrap|filename|listeners/ } keys %worker },
+		connector => { map { $_ => $connector{$_} } grep { !/database\.(?:port|password)/ } keys %connector } };
+	$ctx->{debezium}{jvm} = "@JVM";
+	$ctx->{debezium}{jars} = [ map { $jar->(qr/^\Q$_\E-\d/) } qw(debezium-connector-postgres debezium-connect-plugins
+		connect-runtime kafka-clients postgresql log4j-core) ];
 	write_props("$dir/worker-$mode.properties", \%worker);
 	write_props("$dir/connector-$mode.properties", \%connector);
 	open my $fh, '>', "$dir/log4j2-$mode.properties" or die $!;
