@@ -31,8 +31,8 @@ use constant SEGMENT_MESSAGES => 15000;
 # debezium part): script (sub: topic -> pgbench script), warm (sub called
 # with the fresh topics instead of the outbox's warm-up), pending (sub:
 # segment -> true while its messages are still on their way) and drained
-# (sub called with the result so far and the topics once the load ended, instead of waiting for
-# an empty outbox).
+# (sub called with the result so far and the topics once the load ended,
+# instead of waiting for an empty outbox).
 # Returns { samples => [[receive time, ms]], committed, received, bad,
 #           tps, t0 (Unix s), segments }.
 sub run
