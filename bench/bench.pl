@@ -9,7 +9,9 @@
 #                          [--kafka mock|real]
 #
 #   --part       enqueue | capture | drain | latency | sustained | memory | databases
-#                (default: all; with --kafka real: enqueue drain latency memory)
+#                | debezium (default: all but debezium; with --kafka real: enqueue
+#                drain latency memory; debezium: side by side with Debezium's
+#                outbox EventRouter in Kafka Connect, only when named)
 #   --kafka      mock (default): the project's broker, librdkafka's mock cluster;
 #                real: a real three-broker Apache Kafka 4.4 (t/KafkaCluster.pm),
 #                results under the key real_kafka of the output file
@@ -38,6 +40,8 @@ use Getopt::Long qw(GetOptionsFromArray);
 use Test::More ();
 
 my @ALL = qw(enqueue capture drain latency sustained memory databases);
+# only when named: needs wal_level = logical and Java's Kafka Connect
+my @EXTRA = qw(debezium);
 # what issue 17 asks of real Kafka: the figures the mock's gaps could change
 my @REAL_DEFAULT = qw(enqueue drain latency memory);
 our ($STDOUT, $STDERR);
@@ -53,7 +57,7 @@ sub main
 	Test::More->builder->output(\*STDOUT);
 	Test::More->builder->failure_output(\*STDERR);
 	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
-	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases);
+	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases Debezium);
 	my $t0 = time;
 	my $env = $ctx->{env};
 	my $status = eval {
@@ -63,7 +67,7 @@ sub main
 		# this build's settings and their defaults (the worker is being rewritten)
 		$ctx->{settings} = { map { split /\|/, $_, 2 } split /\n/, $env->sql(
 			q{SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name LIKE 'outbox.%'}) };
-		for my $p (@ALL)
+		for my $p (@ALL, @EXTRA)
 		{
 			next unless grep { $_ eq $p } @{ $ctx->{parts} };
 			my $run = \&{ 'Bench::Part::' . ucfirst($p) . '::run' };
@@ -93,12 +97,13 @@ sub options
 	@parts = $o{kafka} eq 'real' ? @REAL_DEFAULT : @ALL unless @parts;
 	for my $p (@parts)
 	{
-		die "unknown part: $p (one of: @ALL)\n" unless grep { $_ eq $p } @ALL;
+		die "unknown part: $p (one of: @ALL @EXTRA)\n" unless grep { $_ eq $p } @ALL, @EXTRA;
 	}
 	die "--runs/--sustained-runs: a positive number\n" unless $o{runs} > 0 && $o{'sustained-runs'} > 0;
 	my $cfg = sizes($o{quick}, $o{kafka});
 	my $env = Bench::Env->new(work => $o{work}, install_path => $o{'install-path'}, kafka => $o{kafka},
-		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT);
+		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT,
+		logical => (grep({ $_ eq 'debezium' } @parts) ? 1 : 0));
 	return { env => $env, res => Bench::Results->new($STDOUT), cfg => $cfg, opts => \%o,
 		parts => \@parts, runs => $o{runs}, sustained_runs => $o{'sustained-runs'} };
 }
@@ -120,6 +125,8 @@ sub sizes
 	  : (100000, 10, 500000, 10, 20, 300, 60, 30, 60, 1000000, 2000);
 	$c{drain_shards} = $quick || $real ? [ 1, 2 ] : [ 1, 2, 4 ];
 	$c{large_events} = 500 if $real;
+	# the debezium part: how long Kafka is down (issue 19: 60 s)
+	$c{dbz_outage_seconds} = $quick ? 20 : 60;
 	return \%c;
 }
 
@@ -159,6 +166,8 @@ sub meta
 		install_warning => '',
 		module_md5 => $ENV{BENCH_MODULE_MD5} // '',
 		outbox_settings => $ctx->{settings} // {},
+		# the debezium part's versions and Connect settings
+		($ctx->{debezium} ? (debezium => $ctx->{debezium}) : ()),
 		kafka => kafka_meta($cfg),
 		notes => [
 			'Ratios are computed within each run, then summarised (median, min, max over runs).',

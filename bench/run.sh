@@ -16,16 +16,20 @@ case " $* " in *" -h "*|*" --help "*) sed -n '2,/^use strict/p' "$BENCH/bench.pl
 source "$BENCH/../scripts/common.sh"   # ROOT, PG_BIN, as_user, make_workdir...
 
 # where --out and --server-log point, relative to the caller's directory
-OUT=$BENCH/results.json; LOG_COPY=""; KAFKA=mock; prev=""
+OUT=$BENCH/results.json; LOG_COPY=""; KAFKA=mock; PARTS=""; prev=""
 for a in "$@"; do
-  case "$prev" in --out) OUT=$a ;; --server-log) LOG_COPY=$a ;; --kafka) KAFKA=$a ;; esac
-  case "$a" in --out=*) OUT=${a#--out=} ;; --server-log=*) LOG_COPY=${a#--server-log=} ;; --kafka=*) KAFKA=${a#--kafka=} ;; esac
+  case "$prev" in --out) OUT=$a ;; --server-log) LOG_COPY=$a ;; --kafka) KAFKA=$a ;; --part) PARTS="$PARTS,$a" ;; esac
+  case "$a" in --out=*) OUT=${a#--out=} ;; --server-log=*) LOG_COPY=${a#--server-log=} ;; --kafka=*) KAFKA=${a#--kafka=} ;;
+    --part=*) PARTS="$PARTS,${a#--part=}" ;; esac
   prev=$a
 done
+# where the results go in the output file (see the merge at the end)
+KEY=$KAFKA; [ "$PARTS" != ",debezium" ] || KEY=debezium
 OUT=$(realpath -m "$OUT"); [ -z "$LOG_COPY" ] || LOG_COPY=$(realpath -m "$LOG_COPY")
 
 ensure_packages
 [ "$KAFKA" != real ] || ensure_kafka_jars
+case "$PARTS," in *,debezium,*) ensure_debezium_jars ;; esac
 log "building the module, the broker and the helpers"
 make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null
 make_workdir
@@ -43,27 +47,28 @@ install -m 644 "$ROOT/outbox.control" "$ROOT"/sql/outbox--*.sql "$PGI$($PG_BIN/p
 chown -R "$RUN_USER" "$WORK"
 
 rc=0
-(cd "$WORK" && as_user env TESTDIR="$WORK" OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" PG_REGRESS="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
+(cd "$WORK" && as_user env TESTDIR="$WORK" OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" OUTBOX_DEBEZIUM_LIBS="$OUTBOX_DEBEZIUM_LIBS" PG_REGRESS="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/regress/pg_regress" PERL5LIB="$PGI$($PG_BIN/pg_config --pkglibdir)/pgxs/src/test/perl" \
   BENCH_GIT="$(git -C "$ROOT" describe --always --dirty 2>/dev/null || true)" \
   BENCH_MODULE_MD5="$(md5sum < "$ROOT/outbox.so" | cut -d' ' -f1)" \
   BENCH_LIBRDKAFKA="$(dpkg-query -W -f='${Version}' librdkafka1 2>/dev/null || true)" \
   perl "$BENCH/bench.pl" --work "$WORK" --install-path "$PGI$(dirname "$PG_BIN")" --helpers "$WORK/bin" \
   --command "bash bench/run.sh $*" "$@") || rc=$?
-# One file holds both sets: a real-Kafka run replaces only the key
-# real_kafka, a mock run everything but that key.
+# One file holds three sets: a real-Kafka run replaces only the key
+# real_kafka, a run of the debezium part alone only the key debezium, a
+# mock run everything but those keys.
 if [ -f "$WORK/results.json" ]; then
   mkdir -p "$(dirname "$OUT")"
   perl -MJSON::PP -e '
-    my ($new, $out, $kafka) = @ARGV;
+    my ($new, $out, $key) = @ARGV;
     my $read = sub { open my $fh, "<", $_[0] or return {}; local $/; JSON::PP::decode_json(<$fh>) };
     my ($doc, $old) = ($read->($new), -f $out ? $read->($out) : {});
-    if ($kafka eq "real") { $old->{real_kafka} = $doc; $doc = $old; }
-    elsif ($old->{real_kafka}) { $doc->{real_kafka} = $old->{real_kafka}; }
+    if ($key ne "mock") { $old->{$key eq "real" ? "real_kafka" : $key} = $doc; $doc = $old; }
+    else { exists $old->{$_} and $doc->{$_} = $old->{$_} for qw(real_kafka debezium); }
     open my $fh, ">", "$out.tmp" or die "$out.tmp: $!";
     print $fh JSON::PP->new->pretty->canonical->encode($doc);
     close $fh or die "$out.tmp: $!";
-    rename "$out.tmp", $out or die "$out: $!";' "$WORK/results.json" "$OUT" "$KAFKA"
-  echo "results written to $OUT${KAFKA:+ (kafka: $KAFKA)}"
+    rename "$out.tmp", $out or die "$out: $!";' "$WORK/results.json" "$OUT" "$KEY"
+  echo "results written to $OUT (kafka: $KAFKA, key: $KEY)"
 fi
 [ -z "$LOG_COPY" ] || [ ! -f "$WORK/server.log" ] || cp "$WORK/server.log" "$LOG_COPY"
 exit $rc

@@ -13,6 +13,7 @@ postgresql-15-repack"
 # Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.
 CACHE=${OUTBOX_CACHE:-/var/cache/pg_outbox}
 export OUTBOX_KAFKA_LIBS=$CACHE/kafka/libs
+export OUTBOX_DEBEZIUM_LIBS=$CACHE/debezium/libs
 
 log() { printf '\n== %s\n' "$*"; }
 
@@ -61,6 +62,24 @@ ensure_kafka_jars() {
   cp "$ROOT/tools/kafka/pom.xml" "$build/"
   mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
     -Dlibs.dir="$OUTBOX_KAFKA_LIBS" package
+  rm -rf "$build"
+  echo "$sum" > "$stamp"
+  chmod -R a+rX "$CACHE"
+}
+
+# The jars tools/debezium/pom.xml pins (Kafka Connect and Debezium's
+# PostgreSQL connector, for the benchmark's debezium part), fetched again
+# only when it changed.
+ensure_debezium_jars() {
+  local stamp=$OUTBOX_DEBEZIUM_LIBS/.pom.sha256 sum build=$CACHE/debezium/build
+  sum=$(sha256sum "$ROOT/tools/debezium/pom.xml" | cut -d' ' -f1)
+  [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ] && return 0
+  log "fetching Debezium's jars (tools/debezium/pom.xml) into $OUTBOX_DEBEZIUM_LIBS"
+  rm -rf "$OUTBOX_DEBEZIUM_LIBS" "$build"
+  mkdir -p "$build"
+  cp "$ROOT/tools/debezium/pom.xml" "$build/"
+  mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
+    -Dlibs.dir="$OUTBOX_DEBEZIUM_LIBS" package
   rm -rf "$build"
   echo "$sum" > "$stamp"
   chmod -R a+rX "$CACHE"

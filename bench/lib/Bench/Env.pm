@@ -53,6 +53,10 @@ log_autovacuum_min_duration = 0
 outbox.brokers = '@{[ $self->bootstrap ]}'
 outbox.shards = 1
 });
+	# the debezium part: a logical slot read over TCP (JDBC has no Unix sockets)
+	$node->append_conf('postgresql.conf', "wal_level = logical\nmax_wal_senders = 4\nmax_replication_slots = 4\n"
+		  . "listen_addresses = '127.0.0.1'\n")
+	  if $self->{logical};
 	$node->start;
 	$self->{node} = $node;
 	$self->sql('CREATE EXTENSION outbox');

@@ -27,7 +27,12 @@ use constant SEGMENT_MESSAGES => 15000;
 # %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
 # clients (pgbench), before_load (sub called once all is ready),
 # after_segment (sub called with the segment number and the seconds since
-# the start, between segments).
+# the start, between segments); for another system's pgbench load (the
+# debezium part): script (sub: topic -> pgbench script), warm (sub called
+# with the fresh topics instead of the outbox's warm-up), pending (sub:
+# segment -> true while its messages are still on their way) and drained
+# (sub called with the result so far and the topics once the load ended,
+# instead of waiting for an empty outbox).
 # Returns { samples => [[receive time, ms]], committed, received, bad,
 #           tps, t0 (Unix s), segments }.
 sub run
@@ -49,7 +54,8 @@ sub run
 	# them, for up to a second (the plain producer does so before its
 	# clock starts)
 	my @topics = map { $env->fresh_topic($o{label}) } 1 .. $n;
-	$env->warm_topics(@topics) if $o{source} eq 'outbox';
+	if ($o{warm}) { $o{warm}->(@topics); }
+	elsif ($o{source} eq 'outbox') { $env->warm_topics(@topics); }
 	my $next = $env->start_consumer($topics[0]);
 	$o{before_load}->() if $o{before_load};
 	$r{t0} = Time::HiRes::time();
@@ -57,17 +63,19 @@ sub run
 	{
 		my $c = $next;
 		my $load = start_source($env, \%o, $c->{topic}, $len);
-		@pending = grep { !collect_if_delivered($env, \%r, $_) } @pending;
+		@pending = grep { !($o{pending} && $o{pending}->($_)) && !collect_if_delivered($env, \%r, $_) } @pending;
 		$next = $env->start_consumer($topics[$i]) if $i < $n;
 		my $res = finish_source($env, $load);
 		$r{committed} += $res->{count};
+		$c->{count} = $res->{count};
 		push @tps, $res->{tps};
 		# the segment's events are the outbox's ids up to here
 		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
 		push @pending, $c;
 		$o{after_segment}->($i, Time::HiRes::time() - $r{t0}) if $o{after_segment};
 	}
-	$env->wait_empty(900) if $o{source} eq 'outbox';
+	if ($o{drained}) { $o{drained}->(\%r, @topics); }
+	elsif ($o{source} eq 'outbox') { $env->wait_empty(900); }
 	collect($env, \%r, $_, 1) for @pending;
 	my $sum = 0;
 	$sum += $_ for @tps;
@@ -100,11 +108,11 @@ sub start_source
 {
 	my ($env, $o, $topic, $len) = @_;
 	my $out = $env->file("load_$topic.out");
-	if ($o->{source} eq 'outbox')
+	if ($o->{source} ne 'producer')
 	{
 		my $clients = $o->{clients} // 8;
 		return { out => $out, kind => 'pgbench', h => $env->pgbench_bg($out,
-				$env->latency_script($topic), '-c', $clients, '-j', ($clients > 1 ? 2 : 1),
+				$o->{script} ? $o->{script}->($topic) : $env->latency_script($topic), '-c', $clients, '-j', ($clients > 1 ? 2 : 1),
 				'-R', $o->{rate}, '-T', $len) };
 	}
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,

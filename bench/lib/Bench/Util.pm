@@ -62,6 +62,8 @@ sub proc_kb
 {
 	my ($pid) = @_;
 	my %kb;
+	# callers may be in a loop aliasing $_ (the while below assigns it)
+	local $_;
 	for my $f ("/proc/$pid/status", "/proc/$pid/smaps_rollup")
 	{
 		open my $fh, '<', $f or return undef;
