@@ -210,7 +210,10 @@ EOF
 sub _format_storage
 {
 	my ($self) = @_;
-	my $id = MIME::Base64::encode_base64url(join '', map { chr int rand 256 } 1 .. 16);
+	my $id;
+	# one id in 64 would start with "-", which the tool takes for an option
+	$id = MIME::Base64::encode_base64url(join '', map { chr int rand 256 } 1 .. 16)
+	  until defined $id && $id !~ /^-/;
 	my @scram = map { ('--add-scram', "SCRAM-SHA-512=[name=$_,password=$self->{users}{$_}]") }
 	  sort keys %{ $self->{users} };
 	for my $node (@{ $self->_nodes })
