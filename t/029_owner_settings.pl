@@ -89,7 +89,7 @@ for my $db (qw(base app))
 {
 	my @plans = plans_of($pid{$db});
 	my @reads = grep { /Query Text: SELECT \* FROM \(\(SELECT o\.id, o\.topic.*ORDER BY r\.id LIMIT/ } @plans;
-	my @deletes = grep { /Query Text: DELETE FROM \S+\.outbox WHERE ctid/ } @plans;
+	my @deletes = grep { /Query Text: DELETE FROM \S+\.outbox (?:o USING|WHERE ctid)/ } @plans;
 	# the worker's reads switch sequential and bitmap scans off themselves
 	my ($settings) = map { /Settings: ([^\n]*)/ ? $1 : () } @plans;
 	$settings =~ s/,?\s*enable_(?:bitmapscan|seqscan) = 'off'//g if defined $settings;
