@@ -51,39 +51,28 @@ build_and_install() {
   make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 install >/dev/null
 }
 
-# The jars tools/kafka/pom.xml pins, fetched again only when it changed.
-ensure_kafka_jars() {
-  local stamp=$OUTBOX_KAFKA_LIBS/.pom.sha256 sum build=$CACHE/kafka/build
-  sum=$(sha256sum "$ROOT/tools/kafka/pom.xml" | cut -d' ' -f1)
-  [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ] && return 0
-  log "fetching Kafka's jars (tools/kafka/pom.xml) into $OUTBOX_KAFKA_LIBS"
-  rm -rf "$OUTBOX_KAFKA_LIBS" "$build"
+# The jars tools/$1/pom.xml pins into directory $2, fetched again only
+# when the pom changed; Maven's repository is cached beside them.
+ensure_pinned_jars() {
+  local pom=$ROOT/tools/$1/pom.xml libs=$2 build=$CACHE/$1/build sum
+  sum=$(sha256sum "$pom" | cut -d' ' -f1)
+  [ "$(cat "$libs/.pom.sha256" 2>/dev/null)" = "$sum" ] && return 0
+  log "fetching the jars of tools/$1/pom.xml into $libs"
+  rm -rf "$libs" "$build"
   mkdir -p "$build"
-  cp "$ROOT/tools/kafka/pom.xml" "$build/"
-  mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
-    -Dlibs.dir="$OUTBOX_KAFKA_LIBS" package
+  cp "$pom" "$build/"
+  mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" -Dlibs.dir="$libs" package
   rm -rf "$build"
-  echo "$sum" > "$stamp"
+  echo "$sum" > "$libs/.pom.sha256"
   chmod -R a+rX "$CACHE"
 }
 
-# The jars tools/debezium/pom.xml pins (Kafka Connect and Debezium's
-# PostgreSQL connector, for the benchmark's debezium part), fetched again
-# only when it changed.
-ensure_debezium_jars() {
-  local stamp=$OUTBOX_DEBEZIUM_LIBS/.pom.sha256 sum build=$CACHE/debezium/build
-  sum=$(sha256sum "$ROOT/tools/debezium/pom.xml" | cut -d' ' -f1)
-  [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ] && return 0
-  log "fetching Debezium's jars (tools/debezium/pom.xml) into $OUTBOX_DEBEZIUM_LIBS"
-  rm -rf "$OUTBOX_DEBEZIUM_LIBS" "$build"
-  mkdir -p "$build"
-  cp "$ROOT/tools/debezium/pom.xml" "$build/"
-  mvn -q -B -f "$build/pom.xml" -Dmaven.repo.local="$CACHE/m2" \
-    -Dlibs.dir="$OUTBOX_DEBEZIUM_LIBS" package
-  rm -rf "$build"
-  echo "$sum" > "$stamp"
-  chmod -R a+rX "$CACHE"
-}
+# Kafka's jars, for the real-Kafka tier, the demo and the benchmark.
+ensure_kafka_jars() { ensure_pinned_jars kafka "$OUTBOX_KAFKA_LIBS"; }
+
+# Kafka Connect and Debezium's PostgreSQL connector, for the benchmark's
+# debezium part.
+ensure_debezium_jars() { ensure_pinned_jars debezium "$OUTBOX_DEBEZIUM_LIBS"; }
 
 # A temporary directory owned by the unprivileged user, removed on exit
 # together with everything started in it (see cleanup_push).
