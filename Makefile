@@ -1,5 +1,5 @@
 EXTENSION = outbox
-EXTVERSION = 0.4.0
+EXTVERSION = 0.5.0
 
 MODULE_big = outbox
 OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/registry.o src/send.o src/database_hooks.o src/launcher.o \
@@ -7,8 +7,9 @@ OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/regi
        src/stats.o src/lag_alert.o src/message.o src/tracing.o src/capture.o src/session.o src/solo.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
-       sql/$(EXTENSION)--0.3.0.sql \
-       sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql sql/$(EXTENSION)--0.3.0--0.4.0.sql
+       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql \
+       sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql sql/$(EXTENSION)--0.3.0--0.4.0.sql \
+       sql/$(EXTENSION)--0.4.0--0.5.0.sql
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
