@@ -8,10 +8,8 @@
 #                          [--runs N] [--sustained-runs N] [--server-log PATH]
 #                          [--kafka mock|real]
 #
-#   --part       enqueue | capture | drain | latency | sustained | memory | databases
-#                | debezium (default: all but debezium; with --kafka real: enqueue
-#                drain latency memory; debezium: side by side with Debezium's
-#                outbox EventRouter in Kafka Connect, only when named)
+#   --part       a part of @PARTS below (default: those marked by default
+#                for the Kafka chosen); `--part help` lists them
 #   --kafka      mock (default): the project's broker, librdkafka's mock cluster;
 #                real: a real three-broker Apache Kafka 4.4 (t/KafkaCluster.pm),
 #                results under the key real_kafka of the output file
@@ -39,11 +37,21 @@ use File::Copy ();
 use Getopt::Long qw(GetOptionsFromArray);
 use Test::More ();
 
-my @ALL = qw(enqueue capture drain latency sustained memory databases);
-# only when named: needs wal_level = logical and Java's Kafka Connect
-my @EXTRA = qw(debezium);
-# what issue 17 asks of real Kafka: the figures the mock's gaps could change
-my @REAL_DEFAULT = qw(enqueue drain latency memory);
+# The parts, in the order they run: each is bench/parts/<Module>.pm with a
+# run($ctx), and says whether it runs by default on the project's broker
+# (mock) and on real Kafka (real: the figures the mock's gaps could change).
+my @PARTS = (
+	{ name => 'enqueue', mock => 1, real => 1, about => 'outbox_send against a plain INSERT' },
+	{ name => 'capture', mock => 1, real => 0, about => 'row capture against plain writes' },
+	{ name => 'drain', mock => 1, real => 1, about => 'a backlog against a plain SQL drain' },
+	{ name => 'latency', mock => 1, real => 1, about => 'commit to consumer against a plain producer' },
+	{ name => 'sustained', mock => 1, real => 0, about => 'half the maximum rate for minutes, a snapshot held' },
+	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
+	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
+	# needs wal_level = logical and Java's Kafka Connect: only when named
+	{ name => 'debezium', mock => 0, real => 0,
+		about => 'side by side with Debezium\'s outbox EventRouter in Kafka Connect' },
+);
 our ($STDOUT, $STDERR);
 
 main();
@@ -57,17 +65,17 @@ sub main
 	Test::More->builder->output(\*STDOUT);
 	Test::More->builder->failure_output(\*STDERR);
 	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
-	require "$FindBin::Bin/parts/$_.pm" for qw(Enqueue Capture Drain Rate Latency Sustained Memory Databases Debezium);
+	require "$FindBin::Bin/parts/" . ucfirst($_->{name}) . '.pm' for @PARTS;
 	my $t0 = time;
 	my $env = $ctx->{env};
 	my $status = eval {
 		$env->start_broker;
 		$env->start_node;
 		$env->say('server up: ', $env->sql('SHOW server_version'), ", outbox workers: @{ $env->worker_pids }");
-		# this build's settings and their defaults (the worker is being rewritten)
+		# this build's settings and their defaults
 		$ctx->{settings} = { map { split /\|/, $_, 2 } split /\n/, $env->sql(
 			q{SELECT name, setting || coalesce(' ' || unit, '') FROM pg_settings WHERE name LIKE 'outbox.%'}) };
-		for my $p (@ALL, @EXTRA)
+		for my $p (map { $_->{name} } @PARTS)
 		{
 			next unless grep { $_ eq $p } @{ $ctx->{parts} };
 			my $run = \&{ 'Bench::Part::' . ucfirst($p) . '::run' };
@@ -94,10 +102,11 @@ sub options
 	  or die "bad options (see bash bench/run.sh --help)\n";
 	die "--kafka: mock or real\n" unless $o{kafka} =~ /^(?:mock|real)$/;
 	my @parts = map { split /,/ } @{ $o{part} };
-	@parts = $o{kafka} eq 'real' ? @REAL_DEFAULT : @ALL unless @parts;
+	die parts_help() if grep { $_ eq 'help' } @parts;
+	@parts = map { $_->{name} } grep { $_->{ $o{kafka} } } @PARTS unless @parts;
 	for my $p (@parts)
 	{
-		die "unknown part: $p (one of: @ALL @EXTRA)\n" unless grep { $_ eq $p } @ALL, @EXTRA;
+		die "unknown part: $p\n" . parts_help() unless grep { $_->{name} eq $p } @PARTS;
 	}
 	die "--runs/--sustained-runs: a positive number\n" unless $o{runs} > 0 && $o{'sustained-runs'} > 0;
 	my $cfg = sizes($o{quick}, $o{kafka});
@@ -106,6 +115,13 @@ sub options
 		logical => (grep({ $_ eq 'debezium' } @parts) ? 1 : 0));
 	return { env => $env, res => Bench::Results->new($STDOUT), cfg => $cfg, opts => \%o,
 		parts => \@parts, runs => $o{runs}, sustained_runs => $o{'sustained-runs'} };
+}
+
+sub parts_help
+{
+	return join('', "parts (default on mock / real):\n",
+		map { sprintf("  %-10s %-4s %-4s %s\n", $_->{name}, $_->{mock} ? 'yes' : 'no',
+			$_->{real} ? 'yes' : 'no', $_->{about}) } @PARTS);
 }
 
 # What is measured how long; --quick for a fast check. Real Kafka keeps

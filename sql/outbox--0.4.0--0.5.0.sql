@@ -1,2 +1,96 @@
--- outbox 0.4.0 -> 0.5.0
+-- outbox 0.4.0 -> 0.5.0: the hold rule in one function (outbox_held_by),
+-- which the worker's read and outbox_explain() both use
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.5.0'" to load this file. \quit
+
+-- The hold rule, written once: the events of a shard that hold event id
+-- (of that key) back, the earlier ones of its key waiting for a retry.
+-- The worker's read skips an event that has one; outbox_explain() names
+-- the first. A SQL function the planner inlines into the read: it looks
+-- the key up in outbox_held_idx (the OFFSET keeps it there, rather than a
+-- walk of the retry index by id).
+CREATE FUNCTION @extschema@.outbox_held_by(shard integer, key bytea, id bigint)
+RETURNS TABLE (id bigint, next_attempt_at timestamptz, last_attempt_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT w.id, w.next_attempt_at, w.last_attempt_at
+    FROM (SELECT h.shard, h.id, h.next_attempt_at, h.last_attempt_at
+          FROM @extschema@.outbox h
+          WHERE h.key OPERATOR(pg_catalog.=) $2 AND h.next_attempt_at IS NOT NULL
+            AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()
+          OFFSET 0) w
+    WHERE w.shard OPERATOR(pg_catalog.=) $1 AND w.id OPERATOR(pg_catalog.<) $3
+$$;
+REVOKE ALL ON FUNCTION @extschema@.outbox_held_by(integer, bytea, bigint) FROM PUBLIC;
+
+-- Where event id is and why it is not in Kafka yet. SECURITY DEFINER: a
+-- monitoring role reads no table itself.
+CREATE OR REPLACE FUNCTION @extschema@.outbox_explain(id bigint)
+RETURNS @extschema@.outbox_explanation
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    wanted CONSTANT bigint := outbox_explain.id;
+    e @extschema@.outbox%ROWTYPE;
+    d @extschema@.outbox_dead_letter%ROWTYPE;
+    s record;
+    b record;
+    r @extschema@.outbox_explanation;
+BEGIN
+    r.id := wanted;
+    SELECT * INTO e FROM @extschema@.outbox o WHERE o.id = wanted;
+    IF NOT FOUND THEN
+        SELECT * INTO d FROM @extschema@.outbox_dead_letter dl WHERE dl.id = wanted;
+        IF FOUND THEN
+            r.status := 'dead_letter';
+            r.detail := format('failed %s time(s), the last with: %s',
+                               d.attempts, coalesce(d.last_error, 'unknown error'));
+            r.since := d.failed_at;
+        ELSE
+            r.status := 'delivered_or_unknown';
+            r.detail := 'neither in the outbox nor in the dead letters: delivered to Kafka and deleted, or never committed';
+        END IF;
+        RETURN r;
+    END IF;
+
+    SELECT * INTO s FROM @extschema@.outbox_shard_stats() st WHERE st.shard = e.shard;
+    IF e.key IS NOT NULL THEN
+        SELECT h.id, h.next_attempt_at, h.last_attempt_at INTO b
+        FROM @extschema@.outbox_held_by(e.shard, e.key, e.id) h
+        ORDER BY h.id LIMIT 1;
+    END IF;
+
+    IF s.state = 'paused' THEN
+        r.status := 'paused';
+        r.detail := 'delivery is paused (outbox.enabled = off)';
+        r.since := s.state_since;
+    ELSIF e.next_attempt_at > now() THEN
+        r.status := 'retry_wait';
+        r.detail := format('the last attempt failed with: %s; next attempt at %s (%s of outbox.max_attempts counted)',
+                           coalesce(e.last_error, 'unknown error'), e.next_attempt_at, e.attempts);
+        r.since := e.last_attempt_at;
+    ELSIF b.id IS NOT NULL THEN
+        r.status := 'held';
+        r.detail := format('behind event %s of the same key, which waits for a retry at %s',
+                           b.id, b.next_attempt_at);
+        r.since := b.last_attempt_at;
+        r.blocking_id := b.id;
+    ELSIF s.state = 'waiting_for_kafka' THEN
+        r.status := 'waiting_for_kafka';
+        r.detail := format('Kafka is unreachable: %s', coalesce(s.last_error, 'no error reported yet'));
+        r.since := s.state_since;
+    ELSIF wanted BETWEEN s.in_flight_first_id AND s.in_flight_last_id THEN
+        r.status := 'in_flight';
+        r.detail := 'produced, waiting for Kafka''s acknowledgement';
+        r.since := s.in_flight_since;
+    ELSE
+        r.status := 'pending';
+        r.detail := CASE WHEN s.shard IS NULL
+            THEN format('in shard %s, which outbox.shards no longer has: a worker adopts it when it starts', e.shard)
+            ELSE format('waiting for the worker of shard %s (%s)', e.shard, s.state) END;
+        r.since := e.created_at;
+    END IF;
+    RETURN r;
+END
+$$;

@@ -263,6 +263,26 @@ CREATE TYPE @extschema@.outbox_explanation AS (
     blocking_id bigint
 );
 
+-- The hold rule, written once: the events of a shard that hold event id
+-- (of that key) back, the earlier ones of its key waiting for a retry.
+-- The worker's read skips an event that has one; outbox_explain() names
+-- the first. A SQL function the planner inlines into the read: it looks
+-- the key up in outbox_held_idx (the OFFSET keeps it there, rather than a
+-- walk of the retry index by id).
+CREATE FUNCTION @extschema@.outbox_held_by(shard integer, key bytea, id bigint)
+RETURNS TABLE (id bigint, next_attempt_at timestamptz, last_attempt_at timestamptz)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT w.id, w.next_attempt_at, w.last_attempt_at
+    FROM (SELECT h.shard, h.id, h.next_attempt_at, h.last_attempt_at
+          FROM @extschema@.outbox h
+          WHERE h.key OPERATOR(pg_catalog.=) $2 AND h.next_attempt_at IS NOT NULL
+            AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()
+          OFFSET 0) w
+    WHERE w.shard OPERATOR(pg_catalog.=) $1 AND w.id OPERATOR(pg_catalog.<) $3
+$$;
+REVOKE ALL ON FUNCTION @extschema@.outbox_held_by(integer, bytea, bigint) FROM PUBLIC;
+
 -- Where event id is and why it is not in Kafka yet. SECURITY DEFINER: a
 -- monitoring role reads no table itself.
 CREATE FUNCTION @extschema@.outbox_explain(id bigint)
@@ -297,11 +317,9 @@ BEGIN
 
     SELECT * INTO s FROM @extschema@.outbox_shard_stats() st WHERE st.shard = e.shard;
     IF e.key IS NOT NULL THEN
-        SELECT o.id, o.next_attempt_at, o.last_attempt_at INTO b
-        FROM @extschema@.outbox o
-        WHERE o.shard = e.shard AND o.key = e.key AND o.id < e.id
-          AND o.next_attempt_at > now()
-        ORDER BY o.id LIMIT 1;
+        SELECT h.id, h.next_attempt_at, h.last_attempt_at INTO b
+        FROM @extschema@.outbox_held_by(e.shard, e.key, e.id) h
+        ORDER BY h.id LIMIT 1;
     END IF;
 
     IF s.state = 'paused' THEN

@@ -6,6 +6,8 @@
 #ifndef OUTBOX_DATABASE_HOOKS_H
 #define OUTBOX_DATABASE_HOOKS_H
 
+#include "postgres.h"
+
 extern void outbox_install_utility_hook(void);
 
 #endif							/* OUTBOX_DATABASE_HOOKS_H */

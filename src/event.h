@@ -67,4 +67,12 @@ outbox_event_undelivered(const OutboxEvent *event)
 	return outbox_event_failed(event) || event->outcome == EVENT_NOT_SENT;
 }
 
+/* Whether two events share a key (keyless events share none). */
+static inline bool
+outbox_event_same_key(const OutboxEvent *a, const OutboxEvent *b)
+{
+	return !a->key_isnull && !b->key_isnull && a->keylen == b->keylen &&
+		memcmp(a->key, b->key, a->keylen) == 0;
+}
+
 #endif							/* OUTBOX_EVENT_H */

@@ -13,6 +13,7 @@
 #include "queue.h"
 #include "backoff.h"
 #include "durability.h"
+#include "outbox_table.h"
 #include "settings.h"
 #include "registry.h"
 #include "stats.h"
@@ -26,6 +27,7 @@
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/params.h"
 #include "pgstat.h"
@@ -128,6 +130,41 @@ forget_plans(void)
 #define EQ " OPERATOR(pg_catalog.=) "
 
 /*
+ * The read's columns, by position: the table's, by their names in
+ * outbox_table.h, then where the row is (to delete it by) and who wrote it
+ * (its commit must be durable before it is produced).
+ */
+#define READ_COLUMN_LIST(TABLE, SYSTEM) \
+	TABLE(ID) TABLE(TOPIC) TABLE(KEY) TABLE(PAYLOAD) TABLE(HEADERS) \
+	TABLE(CREATED_AT) TABLE(PAYLOAD_TYPE) TABLE(ATTEMPTS) \
+	SYSTEM(CTID, "ctid") SYSTEM(XMIN, "xmin")
+
+#define READ_TABLE_POSITION(tag) COL_##tag,
+#define READ_SYSTEM_POSITION(tag, name) COL_##tag,
+enum
+{
+	READ_COLUMN_LIST(READ_TABLE_POSITION, READ_SYSTEM_POSITION)
+	READ_NCOLUMNS
+};
+
+#define READ_TABLE_NAME(tag) table_names[OUTBOX_COL_##tag],
+#define READ_SYSTEM_NAME(tag, name) name,
+
+/* "o.id, o.topic, ...", in the read's order. */
+static char *
+read_columns(void)
+{
+	static const char *const table_names[] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_NAME)};
+	const char *const names[READ_NCOLUMNS] = {READ_COLUMN_LIST(READ_TABLE_NAME, READ_SYSTEM_NAME)};
+	StringInfoData list;
+
+	initStringInfo(&list);
+	for (int i = 0; i < READ_NCOLUMNS; i++)
+		appendStringInfo(&list, "%so.%s", i > 0 ? ", " : "", names[i]);
+	return list.data;
+}
+
+/*
  * The read: the lowest due ids of a shard that are not behind a retry of
  * their key, in id order, from two places:
  *   - due retries below the scan start, found through the small partial
@@ -139,39 +176,35 @@ forget_plans(void)
  * open transaction does not copy in-flight rows again. Those are planned
  * for each read, where the array is a constant the executor hashes.
  */
-#define READ_COLUMNS "o.id, o.topic, o.key, o.payload, o.headers, o.created_at, o.ctid," \
-	" o.payload_type, o.attempts, o.xmin"
-
 static char *
 read_sql(const char *s, const char *hold, const char *skip)
 {
+	char	   *columns = read_columns();
+
 	return psprintf("SELECT * FROM ("
-					"(SELECT " READ_COLUMNS " FROM %s.outbox o"
+					"(SELECT %s FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.next_attempt_at IS NOT NULL"
 					" AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
 					" AND o.id OPERATOR(pg_catalog.<) $2"
 					"%s%s ORDER BY o.id LIMIT $3)"
 					" UNION ALL"
-					" (SELECT " READ_COLUMNS " FROM %s.outbox o"
+					" (SELECT %s FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
 					" AND (o.next_attempt_at IS NULL"
 					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
 					"%s%s ORDER BY o.id LIMIT $3)"
 					") r ORDER BY r.id LIMIT $3",
-					s, hold, skip, s, hold, skip);
+					columns, s, hold, skip, columns, s, hold, skip);
 }
 
 /*
  * A keyed event waits behind an earlier one of its key that waits for its
- * retry; each candidate's key is looked up in the hash index of waiting
- * keys (outbox_held_idx), whatever its length and however many wait. The
- * OFFSETs keep it that: a lookup per candidate by key alone (not a walk of
- * the retry index by id, nor an anti-join that sorts the whole backlog).
+ * retry: the install script's outbox_held_by() says which (the one
+ * definition, which outbox_explain() uses too). The planner inlines it;
+ * the OFFSET keeps the lookup per candidate, not an anti-join that sorts
+ * the whole backlog.
  */
-#define HOLD_SQL " AND NOT EXISTS (SELECT FROM (SELECT h.shard, h.id FROM %s.outbox h" \
-	" WHERE h.key" EQ "o.key AND h.next_attempt_at IS NOT NULL" \
-	" AND h.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now() OFFSET 0) w" \
-	" WHERE w.shard" EQ "$1 AND w.id OPERATOR(pg_catalog.<) o.id OFFSET 0)"
+#define HOLD_SQL " AND NOT EXISTS (SELECT FROM %s.outbox_held_by(o.shard, o.key, o.id) OFFSET 0)"
 
 /* The lowest keyed retry of a shard now due, the window's ids left out or not. */
 #define DUE_KEYED_SQL "SELECT pg_catalog.min(id) FROM %s.outbox" \
@@ -372,12 +405,6 @@ load_instance(void)
 	instance_timeline = timeline;
 }
 
-const char *
-outbox_instance_id(void)
-{
-	return instance_id;
-}
-
 /*
  * Finds the extension in this database; (re)prepares the plans if it was
  * created again (the read then sees that the cursor is of another
@@ -510,13 +537,6 @@ copy_bytes(Datum datum, char **data, int *len)
 	if ((Pointer) value != DatumGetPointer(datum))
 		pfree(value);
 }
-
-/* The read's columns (READ_COLUMNS), from 0. */
-enum
-{
-	COL_ID, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS, COL_CREATED_AT, COL_CTID,
-	COL_PAYLOAD_TYPE, COL_ATTEMPTS, COL_XMIN, READ_NCOLUMNS
-};
 
 /* Copies one row of the read into an event, in the current context. */
 static void
@@ -763,6 +783,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	}
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
+	batch->instance = MemoryContextStrdup(batch_context, instance_id);
 	holding = any_held(shard);
 
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
@@ -889,7 +910,7 @@ record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
 
 bool
 outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
-					 Oid extension_oid, int shard)
+					 Oid extension_oid, int shard, SettlePolicy policy)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	bool		current;
@@ -900,7 +921,8 @@ outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 	{
 		plan_by_index_only();
 		delete_delivered(who, events, nevents, shard);
-		record_failures(who, events, nevents, shard);
+		if (policy == SETTLE_RECORDING_FAILURES)
+			record_failures(who, events, nevents, shard);
 	}
 	end_step(caller_context);
 	return current;

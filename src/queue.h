@@ -21,6 +21,7 @@ typedef struct OutboxBatch
 	int64		floor;			/* lowest id an open transaction can commit */
 	uint64		rewind_generation;	/* of the registry, when read */
 	Oid			extension_oid;	/* the extension the rows were read from */
+	const char *instance;		/* its outbox_instance id, read with the rows */
 	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
 	XLogRecPtr	async_commits_lsn;	/* its events' asynchronous commits end */
 } OutboxBatch;
@@ -40,18 +41,24 @@ extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
 							  int limit, int64 max_bytes,
 							  uint64 rewind_generation);
 
+/* What a settle does with the rows of events Kafka did not take. */
+typedef enum SettlePolicy
+{
+	SETTLE_RECORDING_FAILURES,	/* retry times, attempts, dead letters */
+	SETTLE_LEAVING_FAILURES		/* untouched: Kafka was unavailable */
+} SettlePolicy;
+
 /*
- * Deletes the delivered events of a list and records the failed ones (retry
- * times, dead letters), in one transaction; events of another extension
- * than the current one (dropped since) are left alone. Returns false if
- * that extension is gone. who: the worker, for the log.
+ * Deletes the delivered events of a list and, by policy, records the
+ * failed ones, in one transaction; events of another extension than the
+ * current one (dropped since) are left alone. Returns false if that
+ * extension is gone. who: the worker, for the log.
  */
 extern bool outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
-								 Oid extension_oid, int shard);
+								 Oid extension_oid, int shard, SettlePolicy policy);
 
 extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at,
 								  int64 *id);
 extern int64 outbox_pending_count(int shard);
-extern const char *outbox_instance_id(void);
 
 #endif							/* OUTBOX_QUEUE_H */

@@ -12,6 +12,7 @@
 #include "send.h"
 #include "compat.h"
 #include "message.h"
+#include "outbox_table.h"
 #include "settings.h"
 #include "registry.h"
 #include "slots.h"
@@ -47,14 +48,6 @@ PG_FUNCTION_INFO_V1(outbox_shard_of);
 PG_FUNCTION_INFO_V1(outbox_prepare_reinsert);
 
 #define KAFKA_MAX_TOPIC_LENGTH 249
-
-/* Columns of the outbox table, in order (see the install script). */
-enum
-{
-	COL_ID, COL_SHARD, COL_TOPIC, COL_KEY, COL_PAYLOAD, COL_HEADERS,
-	COL_CREATED_AT, COL_ATTEMPTS, COL_LAST_ERROR, COL_LAST_ATTEMPT_AT,
-	COL_NEXT_ATTEMPT_AT, COL_PAYLOAD_TYPE, OUTBOX_NCOLUMNS
-};
 
 /* What this transaction has sent, for the commit callback. */
 static uint64 touched_shards = 0;
@@ -294,17 +287,14 @@ refuse_shape(Relation rel, const char *what)
 static void
 check_columns(Relation rel)
 {
-	static const Oid types[OUTBOX_NCOLUMNS] = {
-		INT8OID, INT4OID, TEXTOID, BYTEAOID, BYTEAOID, JSONBOID,
-		TIMESTAMPTZOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, CHAROID
-	};
+	static const Oid types[OUTBOX_NCOLUMNS] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_TYPE)};
 	TupleDesc	desc = RelationGetDescr(rel);
 
 	/*
 	 * Between the new library's start and ALTER EXTENSION outbox UPDATE,
 	 * the table has the columns of before 0.3.0: sending goes on.
 	 */
-	relations.before_0_3 = (desc->natts == COL_PAYLOAD_TYPE);
+	relations.before_0_3 = (desc->natts == OUTBOX_NCOLUMNS_BEFORE_0_3);
 	if (desc->natts != OUTBOX_NCOLUMNS && !relations.before_0_3)
 		refuse_shape(rel, psprintf("it has %d columns, expected %d",
 								   desc->natts, OUTBOX_NCOLUMNS));
@@ -487,29 +477,29 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 	shard = shard_for(key, keylen, key_isnull, id, outbox_shards);
 
 	memset(nulls, false, sizeof(nulls));
-	values[COL_ID] = Int64GetDatum(id);
-	values[COL_SHARD] = Int32GetDatum(shard);
-	values[COL_TOPIC] = PointerGetDatum(topic);
+	values[OUTBOX_COL_ID] = Int64GetDatum(id);
+	values[OUTBOX_COL_SHARD] = Int32GetDatum(shard);
+	values[OUTBOX_COL_TOPIC] = PointerGetDatum(topic);
 	if (key_isnull)
-		nulls[COL_KEY] = true;
+		nulls[OUTBOX_COL_KEY] = true;
 	else
 	{
 		bytea	   *keydatum = (bytea *) palloc(VARHDRSZ + keylen);
 
 		SET_VARSIZE(keydatum, VARHDRSZ + keylen);
 		memcpy(VARDATA(keydatum), key, keylen);
-		values[COL_KEY] = PointerGetDatum(keydatum);
+		values[OUTBOX_COL_KEY] = PointerGetDatum(keydatum);
 	}
-	values[COL_PAYLOAD] = PointerGetDatum(payload);
-	nulls[COL_PAYLOAD] = (payload == NULL);
-	values[COL_PAYLOAD_TYPE] = CharGetDatum(payload_type);
-	values[COL_HEADERS] = PointerGetDatum(headers);
-	nulls[COL_HEADERS] = (headers == NULL);
-	values[COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	values[COL_ATTEMPTS] = Int32GetDatum(0);
-	nulls[COL_LAST_ERROR] = true;
-	nulls[COL_LAST_ATTEMPT_AT] = true;
-	nulls[COL_NEXT_ATTEMPT_AT] = true;
+	values[OUTBOX_COL_PAYLOAD] = PointerGetDatum(payload);
+	nulls[OUTBOX_COL_PAYLOAD] = (payload == NULL);
+	values[OUTBOX_COL_PAYLOAD_TYPE] = CharGetDatum(payload_type);
+	values[OUTBOX_COL_HEADERS] = PointerGetDatum(headers);
+	nulls[OUTBOX_COL_HEADERS] = (headers == NULL);
+	values[OUTBOX_COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[OUTBOX_COL_ATTEMPTS] = Int32GetDatum(0);
+	nulls[OUTBOX_COL_LAST_ERROR] = true;
+	nulls[OUTBOX_COL_LAST_ATTEMPT_AT] = true;
+	nulls[OUTBOX_COL_NEXT_ATTEMPT_AT] = true;
 
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	if (relations.pristine)

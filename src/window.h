@@ -59,8 +59,8 @@ extern int	outbox_window_unsettled(OutboxWindow *window, TimestampTz *since);
 
 /*
  * The events to settle now (palloc'd list, in id order per read), all
- * read from extension_oid; *stale counts those of an extension dropped
- * since, which are marked settled at once.
+ * read from one extension, *extension_oid (one transaction settles the
+ * events of one extension; those of another wait for the next list).
  */
 extern int	outbox_window_to_settle(OutboxWindow *window, OutboxEvent ***events,
 									Oid *extension_oid);

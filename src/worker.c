@@ -439,11 +439,11 @@ give_up_late_reports(WorkerState *st)
  * When Kafka is down (no broker up) and said "later" for every event that
  * failed, with nothing delivered or refused, or when it refused the
  * producer itself (not authorized to write anywhere: its events' own
- * refusals blame none of them): keep the rows untouched and
- * read them again, in order, after a back-off, instead of writing a retry
+ * refusals blame none of them): the settle leaves the rows untouched, to
+ * be read again in order after a back-off, instead of writing a retry
  * time on each row. A partition without a leader, with the brokers up, is
  * not that: its events record their failure and wait, holding back only
- * their keys.
+ * their keys. The events keep what Kafka said (the statistics count it).
  */
 static bool
 kafka_unavailable(WorkerState *st, OutboxEvent **events, int n)
@@ -469,20 +469,17 @@ kafka_unavailable(WorkerState *st, OutboxEvent **events, int n)
 		if (outbox_event_failed(events[i]))
 			failed++;
 	}
-	if (failed == 0)
-		return false;
-	for (int i = 0; i < n; i++)
-		if (outbox_event_failed(events[i]))
-			events[i]->outcome = EVENT_NOT_SENT;
-	return true;
+	return failed > 0;
 }
 
 static void
-log_refusals(OutboxEvent **events, int n)
+log_refusals(OutboxEvent **events, int n, SettlePolicy policy)
 {
 	OutboxEvent *first = NULL;
 	int			refused = 0;
 
+	if (policy == SETTLE_LEAVING_FAILURES)
+		return;
 	for (int i = 0; i < n; i++)
 	{
 		if (events[i]->outcome != EVENT_FAILED_PERMANENT)
@@ -503,17 +500,18 @@ log_refusals(OutboxEvent **events, int n)
  * an event left in the outbox untouched, to be read again in order, or a
  * keyed failure (once: the read then passes over what it holds back, and
  * starts there again when its retry is due; if it became a dead letter,
- * what it held back is read at once). A keyless failure needs neither: the
- * read finds it through the retry index when it is due.
+ * what it held back is read at once). A keyless failure recorded on its
+ * row needs neither: the read finds it through the retry index when due.
  */
 static int64
-lowest_to_read_again(OutboxEvent **events, int n)
+lowest_to_read_again(OutboxEvent **events, int n, SettlePolicy policy)
 {
 	int64		lowest = PG_INT64_MAX;
 
 	for (int i = 0; i < n; i++)
 		if (events[i]->outcome != EVENT_DELIVERED &&
-			!(outbox_event_failed(events[i]) && events[i]->key_isnull))
+			!(outbox_event_failed(events[i]) && events[i]->key_isnull &&
+			  policy == SETTLE_RECORDING_FAILURES))
 			lowest = Min(lowest, events[i]->id);
 	return lowest;
 }
@@ -558,22 +556,23 @@ settle(WorkerState *st)
 	Oid			extension_oid;
 	int			n = outbox_window_to_settle(st->window, &events, &extension_oid);
 	bool		final = st->rewinding && outbox_window_in_flight(st->window) == 0;
-	bool		unavailable = false;
+	bool		unavailable;
+	SettlePolicy policy;
 
 	if (n == 0)
 		return;
+	unavailable = final && kafka_unavailable(st, events, n);
+	policy = unavailable ? SETTLE_LEAVING_FAILURES : SETTLE_RECORDING_FAILURES;
 	outbox_stats_settled(events, n);
 	for (int i = 0; i < n; i++)
 		if (events[i]->batch_too_large)
 			outbox_solo_remember(events[i]->id);
-	if (final)
-		unavailable = kafka_unavailable(st, events, n);
-	log_refusals(events, n);
-	if (!outbox_settle_events(worker_name, events, n, extension_oid, st->shard))
+	log_refusals(events, n, policy);
+	if (!outbox_settle_events(worker_name, events, n, extension_oid, st->shard, policy))
 		ereport(LOG,
 				(errmsg("%s: the extension was dropped while events were in flight; they went with it",
 						worker_name)));
-	st->cursor = Min(st->cursor, lowest_to_read_again(events, n));
+	st->cursor = Min(st->cursor, lowest_to_read_again(events, n, policy));
 	if (any_delivered(events, n))
 	{
 		st->kafka_failures = 0;
@@ -643,20 +642,14 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		OutboxRecord record;
 		bool		held = false;
 
-		for (int r = 0; r < nrefused && !event->key_isnull; r++)
-		{
-			OutboxEvent *earlier = &batch->events[refused[r]];
-
-			if (!earlier->key_isnull && earlier->keylen == event->keylen &&
-				memcmp(earlier->key, event->key, event->keylen) == 0)
-				held = true;
-		}
+		for (int r = 0; r < nrefused && !held; r++)
+			held = outbox_event_same_key(&batch->events[refused[r]], event);
 		if (held)
 			continue;
 		if (stops_for_solo(st, event))
 			break;
 
-		outbox_message_build(event, outbox_instance_id(), &record);
+		outbox_message_build(event, batch->instance, &record);
 		if (outbox_producer_produce(st->producer, event, &record))
 			outbox_window_produced(st->window, event);
 		else

@@ -1,10 +1,11 @@
-# The per-key hold rule is written three times: in the read's SQL (an
-# event waits behind an earlier one of its key waiting for its retry,
-# queue.c), in C (within one read, a key refused at once holds its rest,
-# worker.c produce_batch) and in PL/pgSQL (outbox_explain's "held"). This
-# crafts one shard's rows so each rule has something to decide, and checks
-# that the three agree: what reached Kafka is exactly what no rule holds,
-# and outbox_explain names every other event's reason and blocker.
+# The per-key hold rule has two parts: across reads, an event waits behind
+# an earlier one of its key waiting for its retry (the install script's
+# outbox_held_by(), which both the worker's read and outbox_explain's
+# "held" use), and within one read, a key refused at once holds its rest
+# (C, worker.c produce_batch). This crafts one shard's rows so each part
+# has something to decide, and checks that they agree: what reached Kafka
+# is exactly what neither holds, and outbox_explain names every other
+# event's reason and blocker.
 use strict;
 use warnings;
 use FindBin;

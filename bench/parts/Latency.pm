@@ -13,13 +13,14 @@ use strict;
 use warnings;
 use Bench::Util ();
 use Bench::Load;
+use Bench::Rate ();
 use Bench::Stats qw(percentile ratio);
 
 sub run
 {
 	my ($ctx) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
-	my $max = Bench::Part::Rate::max_rate($ctx);
+	my $max = Bench::Rate::max_rate($ctx);
 	my @rates = ([ r1000 => 1000 ], [ r3000 => 3000 ], [ r80pct => int($max * 0.8) ]);
 	$env->log("part latency: $cfg->{latency_seconds}s at " . join(', ', map { "$_->[1]/s" } @rates)
 		  . " (80% of $max/s), 1 shard; floor: a plain producer at each rate");

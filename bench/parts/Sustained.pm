@@ -9,6 +9,7 @@ use strict;
 use warnings;
 use Bench::Util ();
 use Bench::Load;
+use Bench::Rate ();
 use Bench::Stats qw(percentile ratio);
 use Time::HiRes ();
 
@@ -16,7 +17,7 @@ sub run
 {
 	my ($ctx) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
-	my $rate = int(Bench::Part::Rate::max_rate($ctx) / 2);
+	my $rate = int(Bench::Rate::max_rate($ctx) / 2);
 	my ($t, $hold, $win) = @$cfg{qw(sustained_seconds sustained_hold_seconds sustained_window_seconds)};
 	my $hold_at = ($t - $hold) / 2;
 	$env->log("part sustained: ${t}s at 50% of the maximum = $rate/s; a snapshot held ${hold}s from ${hold_at}s; ${win}s windows");

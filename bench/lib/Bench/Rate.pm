@@ -2,7 +2,7 @@
 # fractions of: the lower of unthrottled pgbench calling outbox_send (8
 # clients, delivery on) and one shard's drain rate (from the drain part if
 # it ran, else a shorter drain). Measured once per invocation.
-package Bench::Part::Rate;
+package Bench::Rate;
 
 use strict;
 use warnings;
