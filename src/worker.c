@@ -39,6 +39,9 @@
 #include "stop.h"
 
 #include <ctype.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -1112,6 +1115,23 @@ connect_to_database(WorkerState *st)
 	outbox_message_init(database_name);
 }
 
+/*
+ * glibc's malloc raises its mmap threshold each time a large block is
+ * freed, up to 32 MB: after the first large events, their copies (and
+ * librdkafka's, in its threads' arenas) come from arenas that keep what
+ * was freed, and the worker's resident memory grows past what it holds.
+ * A fixed threshold maps every block of 128 kB or more on its own and
+ * gives it back when freed, so memory follows outbox.window_bytes.
+ */
+static void
+bound_malloc_retention(void)
+{
+#ifdef M_MMAP_THRESHOLD
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
+#endif
+}
+
 void
 outbox_worker_main(Datum main_arg)
 {
@@ -1131,6 +1151,7 @@ outbox_worker_main(Datum main_arg)
 	 */
 	ProcessConfigFile(PGC_SIGHUP);
 
+	bound_malloc_retention();
 	connect_to_database(st);
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
