@@ -103,22 +103,6 @@ sub drain_and_sample
 	return \%r;
 }
 
-# How many messages $topic ever received: the sum of its end offsets.
-sub end_offsets_sum
-{
-	my ($topic) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'kcat', '-Q', '-b', $broker->bootstrap,
-		map { ('-t', "$topic:$_:-1") } 0 .. $partitions - 1 ],
-		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
-	  or die "kcat -Q failed: $err";
-	my @ends = $out =~ /^\Q$topic\E \[\d+\] offset (\d+)$/mg;
-	die "kcat -Q: expected $partitions partitions, got: $out" unless @ends == $partitions;
-	my $sum = 0;
-	$sum += $_ for @ends;
-	return $sum;
-}
-
 # The sizes of the messages the broker still keeps: [bytes, ...].
 sub kept_sizes
 {
@@ -151,7 +135,7 @@ for my $format ('payload', 'envelope')
 	my $bytes = sql('SELECT sum(octet_length(payload)) FROM outbox');
 
 	my $r = drain_and_sample();
-	my $delivered = end_offsets_sum($topic);
+	my $delivered = end_offsets_sum($broker, $topic, $partitions);
 	my $left = sql('SELECT count(*) FROM outbox');
 	diag(sprintf('FIGURES (%s) memory: events=%d bytes=%d table_mb=%d send_s=%.1f '
 		  . 'peak_rss_anon_mb=%.0f peak_vmhwm_mb=%.0f drain_s=%.1f samples=%d delivered=%d left=%d',
@@ -194,7 +178,7 @@ SELECT count(outbox_send('$topic', '', 'k' || i,
 FROM generate_series($from, $to) i});
 	}
 	my $r = drain_and_sample();
-	my $delivered = end_offsets_sum($topic);
+	my $delivered = end_offsets_sum($broker, $topic, $partitions);
 	diag(sprintf('FIGURES (headers) H3 memory: events=%d header_bytes_each=200008 payload_bytes=0 '
 		  . 'peak_rss_anon_mb=%.0f peak_vmhwm_mb=%.0f drain_s=%.1f samples=%d delivered=%d',
 		$n, $r->{anon}, $r->{hwm}, $r->{seconds}, $r->{samples}, $delivered));

@@ -24,7 +24,7 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
-  consume_js wait_in_flight fault_under_load first_copies);
+  consume_js wait_in_flight fault_under_load first_copies end_offsets_sum);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -348,6 +348,24 @@ sub release_locker
 }
 
 # ---- Kafka ---------------------------------------------------------------
+
+# How many messages a topic's partitions have taken (their end offsets,
+# kcat -Q): the count where the broker keeps only the last few MiB of a
+# partition and a read could not see them all.
+sub end_offsets_sum
+{
+	my ($broker, $topic, $partitions) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-Q', '-b', $broker->bootstrap,
+		map { ('-t', "$topic:$_:-1") } 0 .. $partitions - 1 ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat -Q failed: $err";
+	my @ends = $out =~ /^\Q$topic\E \[\d+\] offset (\d+)$/mg;
+	die "kcat -Q: expected $partitions partitions, got: $out" unless @ends == $partitions;
+	my $sum = 0;
+	$sum += $_ for @ends;
+	return $sum;
+}
 
 # Every message of a topic, read with kcat from the beginning of each
 # partition: [{partition, offset, key, value, headers => {..}, id, size,
