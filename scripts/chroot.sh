@@ -160,6 +160,8 @@ t_tests=$((SECONDS - t0))
 # against the installed files only, with the broker built above.
 package_check() {
   log "building the Debian package"
+  # the packages of earlier runs (other versions) go first: one .deb is found below
+  rm -rf "$DIR$PKG"
   copy_tree "$DIR$PKG/src"
   # pg_virtualenv's cluster would take 5432 if free; the chroot shares
   # the machine's loopback, so it gets a free port of its own
