@@ -48,6 +48,8 @@ my @PARTS = (
 	{ name => 'sustained', mock => 1, real => 0, about => 'half the maximum rate for minutes, a snapshot held' },
 	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
 	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
+	# needs outbox.delivery and real Kafka's transactions: only when named
+	{ name => 'modes', mock => 0, real => 0, about => 'exactly-once against at-least-once delivery' },
 	# needs wal_level = logical and Java's Kafka Connect: only when named
 	{ name => 'debezium', mock => 0, real => 0,
 		about => 'side by side with Debezium\'s outbox EventRouter in Kafka Connect' },

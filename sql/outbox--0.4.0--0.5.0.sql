@@ -1,5 +1,6 @@
 -- outbox 0.4.0 -> 0.5.0: the hold rule in one function (outbox_held_by),
--- which the worker's read and outbox_explain() both use
+-- which the worker's read and outbox_explain() both use; the requests each
+-- shard's producer sent to each broker
 \echo Use "ALTER EXTENSION outbox UPDATE TO '0.5.0'" to load this file. \quit
 
 -- The hold rule, written once: the events of a shard that hold event id
@@ -94,3 +95,24 @@ BEGIN
     RETURN r;
 END
 $$;
+
+-- outbox_kafka_brokers gains requests: what the shard's producer sent to
+-- each broker (librdkafka's "tx"), to count the requests a delivery takes.
+DROP VIEW @extschema@.outbox_kafka_brokers;
+DROP FUNCTION @extschema@.outbox_broker_stats();
+CREATE FUNCTION @extschema@.outbox_broker_stats(
+    OUT shard integer, OUT broker text, OUT state text,
+    OUT rtt_avg_ms double precision, OUT in_flight bigint, OUT requests bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'outbox_broker_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.outbox_kafka_brokers AS
+SELECT b.shard, b.broker, b.state, b.rtt_avg_ms, b.in_flight, b.requests
+FROM @extschema@.outbox_broker_stats() b;
+COMMENT ON VIEW @extschema@.outbox_kafka_brokers IS
+    'Each Kafka broker each shard''s producer knows, from librdkafka''s last statistics';
+REVOKE ALL ON FUNCTION @extschema@.outbox_broker_stats() FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.outbox_kafka_brokers FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.outbox_broker_stats() TO pg_monitor;
+GRANT SELECT ON TABLE @extschema@.outbox_kafka_brokers TO pg_monitor;

@@ -221,7 +221,7 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 CREATE FUNCTION @extschema@.outbox_broker_stats(
     OUT shard integer, OUT broker text, OUT state text,
-    OUT rtt_avg_ms double precision, OUT in_flight bigint)
+    OUT rtt_avg_ms double precision, OUT in_flight bigint, OUT requests bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'outbox_broker_stats'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -250,7 +250,7 @@ COMMENT ON VIEW @extschema@.outbox_status IS
     'One row per shard of this database: its worker, backlog, lag and delivery counters';
 
 CREATE VIEW @extschema@.outbox_kafka_brokers AS
-SELECT b.shard, b.broker, b.state, b.rtt_avg_ms, b.in_flight
+SELECT b.shard, b.broker, b.state, b.rtt_avg_ms, b.in_flight, b.requests
 FROM @extschema@.outbox_broker_stats() b;
 COMMENT ON VIEW @extschema@.outbox_kafka_brokers IS
     'Each Kafka broker each shard''s producer knows, from librdkafka''s last statistics';

@@ -187,6 +187,7 @@ typedef struct BrokerSeen
 	char		state[16];
 	char		source[16];		/* "configured": a bootstrap address */
 	double		waitresp_cnt;
+	double		tx;				/* requests sent */
 	double		rtt_avg;
 	double		rtt_cnt;
 } BrokerSeen;
@@ -235,6 +236,7 @@ take_in_broker(OutboxKafkaStats *ks, const BrokerSeen *seen)
 	if (strcmp(info->state, "UP") == 0)
 		ks->broker_was_up[info - ks->brokers] = true;
 	info->in_flight = (int64) seen->waitresp_cnt;
+	info->requests = (int64) seen->tx;
 	if (seen->rtt_cnt > 0)
 		info->rtt_avg_ms = seen->rtt_avg / 1000.0;
 }
@@ -301,6 +303,8 @@ brokers_scalar(void *state, char *token, JsonTokenType tokentype)
 			seen->nodeid = strtod(token, NULL);
 		else if (number && strcmp(parse->field, "waitresp_cnt") == 0)
 			seen->waitresp_cnt = strtod(token, NULL);
+		else if (number && strcmp(parse->field, "tx") == 0)
+			seen->tx = strtod(token, NULL);
 		else if (string && strcmp(parse->field, "nodename") == 0)
 			strlcpy(seen->nodename, token, sizeof(seen->nodename));
 		else if (string && strcmp(parse->field, "state") == 0)

@@ -626,14 +626,15 @@ outbox_broker_stats(PG_FUNCTION_ARGS)
 			continue;
 		for (int b = 0; b < entry.nbrokers; b++)
 		{
-			Datum		values[5];
-			bool		nulls[5] = {0};
+			Datum		values[6];
+			bool		nulls[6] = {0};
 
 			values[0] = Int32GetDatum(shard);
 			values[1] = CStringGetTextDatum(entry.brokers[b].name);
 			values[2] = CStringGetTextDatum(entry.brokers[b].state);
 			values[3] = Float8GetDatum(entry.brokers[b].rtt_avg_ms);
 			values[4] = Int64GetDatum(entry.brokers[b].in_flight);
+			values[5] = Int64GetDatum(entry.brokers[b].requests);
 			tuplestore_putvalues(store, desc, values, nulls);
 		}
 	}

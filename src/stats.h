@@ -37,6 +37,7 @@ typedef struct OutboxBrokerInfo
 	char		state[16];		/* librdkafka's: UP, DOWN, CONNECT... */
 	double		rtt_avg_ms;
 	int64		in_flight;		/* requests waiting for a response */
+	int64		requests;		/* sent by the current producer */
 } OutboxBrokerInfo;
 
 /* shared memory: module.c's hooks reserve the size, then set it up */

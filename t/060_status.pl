@@ -61,6 +61,10 @@ is($last, 't', 'last_delivered_at set');
 ok(wait_query($node, 'postgres', q{SELECT count(*) = 6
 	AND count(DISTINCT shard) FILTER (WHERE state = 'UP') = 2 FROM outbox_kafka_brokers}, 20),
 	'each shard lists the 3 brokers, those it uses up');
+my $requests_before = sql('SELECT sum(requests) FROM outbox_kafka_brokers');
+send_event('st', "req$_", 'kreq0') for 1 .. 3;
+ok(wait_query($node, 'postgres', "SELECT sum(requests) >= $requests_before + 3 FROM outbox_kafka_brokers", 20),
+	'outbox_kafka_brokers counts the requests a shard sent: one produce request per event sent alone');
 $broker->command('rtt all 1500');
 my $slow = send_event('st', 'slow', 'kslow');
 ok(wait_until(10, sub { explain_event($slow)->{status} eq 'in_flight' }),

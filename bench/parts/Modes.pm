@@ -1,0 +1,85 @@
+# Part modes: what exactly-once delivery costs (issue 21), both modes in the
+# same run on one shard: the drain of a backlog, and commit-to-consumer at
+# 1000/s and 3000/s read by a consumer that sees committed records only
+# (librdkafka's default isolation.level, read_committed, in latency-consumer),
+# with the number of Kafka requests the shard's producer sent per event
+# (librdkafka's statistics: every broker's "tx"). Baseline: at-least-once.
+package Bench::Part::Modes;
+
+use strict;
+use warnings;
+use Bench::Load;
+use Bench::Stats qw(percentile ratio);
+use Time::HiRes ();
+
+my @MODES = qw(at_least_once exactly_once);
+
+sub run
+{
+	my ($ctx) = @_;
+	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
+	die "this build has no outbox.delivery\n" unless $env->has_setting('outbox.delivery');
+	$env->log("part modes: @MODES; a drain of $cfg->{drain_events} events and 1000/s, 3000/s for "
+		  . "$cfg->{latency_seconds}s each, 1 shard");
+	$env->set_shards(1);
+	for my $run (1 .. $ctx->{runs})
+	{
+		my %figure;
+		# alternate the order, so that neither always runs first
+		for my $mode ($run % 2 ? @MODES : reverse @MODES)
+		{
+			$env->set_setting('outbox.delivery', $mode);
+			$env->set_enabled(1);
+			$env->warm_up;
+			$figure{$mode} = measure($ctx, $run, short($mode));
+		}
+		my ($alo, $eos) = @figure{@MODES};
+		$res->record('modes', 'drain_eos_to_alo', 'eos/alo', $run, ratio($eos->{drain}, $alo->{drain}));
+		for my $label (qw(r1000 r3000))
+		{
+			$res->record('modes', "${label}_p50_eos_minus_alo_ms", 'ms', $run,
+				$eos->{$label}{p50} - $alo->{$label}{p50});
+			$res->record('modes', "${label}_p99_eos_to_alo", 'eos/alo', $run,
+				ratio($eos->{$label}{p99}, $alo->{$label}{p99}));
+		}
+	}
+	$env->reset_setting('outbox.delivery');
+}
+
+sub short { return $_[0] eq 'exactly_once' ? 'eos' : 'alo'; }
+
+# One mode's drain and latencies: { drain => events/s, r1000 => {p50, p99}, ... }.
+sub measure
+{
+	my ($ctx, $run, $m) = @_;
+	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
+	my %f;
+	my $tx = requests_sent($env);
+	$f{drain} = Bench::Part::Drain::drain_once($ctx, $run, "${m}_drain", 'modes');
+	$res->record('modes', "${m}_drain_requests_per_1000_events", 'requests', $run,
+		1000 * (requests_sent($env) - $tx) / $cfg->{drain_events});
+	$env->set_enabled(1);
+	for my $r ([ r1000 => 1000 ], [ r3000 => 3000 ])
+	{
+		my ($label, $rate) = @$r;
+		my $l = Bench::Load::run($env, label => "${m}_$label", rate => $rate,
+			seconds => $cfg->{latency_seconds}, source => 'outbox');
+		my @ms = map { $_->[1] } @{ $l->{samples} };
+		$f{$label} = { p50 => percentile(0.5, @ms), p99 => percentile(0.99, @ms) };
+		$res->record('modes', "${m}_${label}_${_}_ms", 'ms', $run, $f{$label}{$_}) for qw(p50 p99);
+		$res->record('modes', "${m}_${label}_missing", 'events', $run, $l->{committed} - $l->{received});
+	}
+	return \%f;
+}
+
+# Requests the shard's producer has sent to every broker so far
+# (outbox_kafka_brokers.requests, from librdkafka's statistics, which the
+# worker takes in every second).
+sub requests_sent
+{
+	my ($env) = @_;
+	Time::HiRes::sleep(1.5);
+	return $env->sql('SELECT coalesce(sum(requests), 0) FROM outbox_kafka_brokers') + 0;
+}
+
+1;
