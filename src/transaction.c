@@ -379,7 +379,8 @@ outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, int in_flight, int f
 		outcome = commit_transaction(txn, rk, progress);
 	else
 	{
-		if (progress->reported && progress->failed && !txn->progress_failed)
+		/* purged with the events after a failure of theirs: not its own */
+		if (failed == 0 && progress->reported && progress->failed && !txn->progress_failed)
 		{
 			ereport(LOG,
 					(errmsg("%s: Kafka refused the progress record, the transaction is aborted: %s",
