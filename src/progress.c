@@ -527,7 +527,10 @@ outbox_progress_recover(const char *who, const char *key, int shard, int32 *part
 	bool		found = false;
 	ProgressRecord rec;
 
+	MemoryContext caller = CurrentMemoryContext;
+
 	initStringInfo(&value);
+	*settled = 0;
 	PG_TRY();
 	{
 		*partition = outbox_progress_partition(key, partition_count(rk, outbox_progress_topic,
@@ -535,12 +538,18 @@ outbox_progress_recover(const char *who, const char *key, int shard, int32 *part
 		found = find_last_record(rk, outbox_progress_topic, *partition, key, *known_offset,
 								 &value, &offset, deadline);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		rd_kafka_destroy(rk);
+		/* a stop request ends the wait quietly: the next worker reads again */
+		if (!outbox_stop_requested())
+			PG_RE_THROW();
+		MemoryContextSwitchTo(caller);
+		FlushErrorState();
+		return PROGRESS_STOPPED;
 	}
 	PG_END_TRY();
-	*settled = 0;
+	rd_kafka_destroy(rk);
 	if (!found)
 		return PROGRESS_NONE;
 	if (!decode(value.data, &rec))

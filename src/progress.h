@@ -13,7 +13,8 @@ typedef enum ProgressRecovery
 {
 	PROGRESS_NONE,				/* no record of ours: nothing to settle */
 	PROGRESS_SETTLED,			/* the last record's events are settled */
-	PROGRESS_SUPERSEDED			/* a later timeline wrote it: deliver nothing */
+	PROGRESS_SUPERSEDED,		/* a later timeline wrote it: deliver nothing */
+	PROGRESS_STOPPED			/* a stop request ended the read */
 } ProgressRecovery;
 
 /* Where key's records go in a topic of that many partitions (murmur2). */

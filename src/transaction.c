@@ -32,6 +32,7 @@
  * its loop (SIGTERM, barriers).
  */
 #include "transaction.h"
+#include "durability.h"
 #include "progress.h"
 #include "queue.h"
 #include "settings.h"
@@ -189,6 +190,8 @@ recover(OutboxTxn *txn)
 		txn->state = TS_SUPERSEDED;
 		return;
 	}
+	if (found == PROGRESS_STOPPED)
+		return;
 	if (settled > 0)
 		ereport(LOG,
 				(errmsg("%s: settled %d event(s) of its last committed Kafka transaction",
@@ -318,11 +321,14 @@ commit_transaction(OutboxTxn *txn, rd_kafka_t *rk, const OutboxProgressReport *p
 	pause_at(txn, OUTBOX_PAUSE_BEFORE_COMMIT, "before_commit");
 
 	/*
-	 * The settle of the transaction before (asynchronous commits) must be
-	 * durable before this one commits: the progress record will name only
-	 * this one's events.
+	 * The settle of the transaction before (an asynchronous commit) must be
+	 * durable, and confirmed by the synchronous standbys if there are any,
+	 * before this one commits: the progress record names only this one's
+	 * events. (The read's own wait for durability covered it already with
+	 * synchronous standbys; this is a flush otherwise.)
 	 */
-	XLogFlush(XactLastCommitEnd);
+	if (!outbox_wait_durable(XactLastCommitEnd, XactLastCommitEnd))
+		return TXN_NOTHING;
 	error = rd_kafka_commit_transaction(rk, CALL_TIMEOUT_MS);
 	if (error == NULL)
 	{
