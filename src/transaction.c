@@ -1,8 +1,8 @@
 /*
  * transaction.c
  *		Exactly-once delivery (outbox.delivery = exactly_once): the shard's
- *		producer is transactional, and what a read produces goes out in one
- *		Kafka transaction together with a progress record naming its event
+ *		producer is transactional, and what the worker produces goes out in
+ *		Kafka transactions, each with a progress record naming its event
  *		ids (progress.c). The rows are settled only once Kafka committed
  *		the transaction; after a start or a producer failure, the last
  *		committed record is read back and its events settled before
@@ -11,13 +11,19 @@
  *
  * The worker calls in at a few points (worker.c): before a read (ready),
  * around the produce of a read (begin, produced), once every report is in
- * (finish: commit or abort), when it settles, and when its producer goes.
- * A transaction is one read: the next read waits until the window is
- * settled, so at most one committed transaction is ever unsettled, the one
- * the last progress record names.
+ * (finish: close, commit or abort), when it settles, and when its
+ * producer goes. A transaction takes in reads while what it produced is
+ * not all acknowledged (as the window would), and closes once it is: its
+ * progress record, naming every event it delivered, is produced, then the
+ * transaction committed, then the window settled; only then does a new one
+ * begin. So at most one committed transaction is ever unsettled, the one
+ * the last progress record names, and a transaction is as large as what
+ * was produced during one acknowledgement round trip (at most
+ * outbox.window_size events, and MAX_TRANSACTION_EVENTS and a read).
  *
  *   NEED_INIT --init_transactions--> RECOVER --last record settled--> READY
- *   READY --begin--> OPEN --commit--> COMMITTED --settled--> READY
+ *   READY --begin--> OPEN --all acknowledged: progress record, then
+ *       commit--> COMMITTED --settled--> READY
  *   OPEN --a failure: abort--> READY (the window reads the events again)
  *   OPEN --commit's outcome unknown, or fenced--> LOST --producer
  *       rebuilt--> NEED_INIT
@@ -55,6 +61,12 @@
 /* init_transactions calls per attempt (the next read tries again). */
 #define INIT_CALLS 10
 
+/*
+ * A transaction takes no more reads past this many events: its progress
+ * record (about 20 bytes an id at worst) stays far below Kafka's 1 MB.
+ */
+#define MAX_TRANSACTION_EVENTS 10000
+
 /* How long a test pause lasts at most. */
 #define TEST_PAUSE_MS 60000
 
@@ -77,6 +89,8 @@ struct OutboxTxn
 	char		key[128];		/* the transactional.id and the record's key */
 	int32		partition;		/* of the progress topic, for key */
 	int64		known_offset;	/* of our last committed record, -1 if unknown */
+	bool		closing;		/* its progress record is produced: no more reads */
+	bool		lost_told;		/* the worker heard of TS_LOST */
 	bool		progress_failed;	/* refused at once */
 	bool		waiting;		/* a commit or abort to call again */
 	bool		logged_superseded;
@@ -118,7 +132,8 @@ pause_at(OutboxTxn *txn, int point, const char *name)
 {
 	if (outbox_test_pause_at != point)
 		return;
-	ereport(LOG, (errmsg("%s: test pause %s (pid %d)", txn->who, name, MyProcPid)));
+	ereport(LOG, (errmsg("%s: test pause %s (pid %d, %d event(s))", txn->who, name, MyProcPid,
+						 txn->events)));
 	for (int waited = 0; waited < TEST_PAUSE_MS && outbox_test_pause_at == point; waited += 100)
 	{
 		pg_usleep(100 * 1000L);
@@ -224,6 +239,8 @@ outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool window_empty)
 		txn->logged_superseded = true;
 	}
 	publish(txn, true);
+	if (txn->state == TS_OPEN)
+		return !txn->closing && txn->events < MAX_TRANSACTION_EVENTS;
 	return txn->state == TS_READY && window_empty;
 }
 
@@ -232,7 +249,7 @@ outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer)
 {
 	rd_kafka_error_t *error;
 
-	if (!outbox_producer_transactional(producer))
+	if (!outbox_producer_transactional(producer) || txn->state == TS_OPEN)
 		return;
 	Assert(txn->state == TS_READY);
 	error = rd_kafka_begin_transaction(outbox_producer_handle(producer));
@@ -243,6 +260,7 @@ outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer)
 	txn->state = TS_OPEN;
 	txn->opened_at = GetCurrentTimestamp();
 	txn->events = 0;
+	txn->closing = false;
 	txn->progress_failed = false;
 	txn->waiting = false;
 }
@@ -277,30 +295,71 @@ abort_transaction(OutboxTxn *txn, rd_kafka_t *rk)
 void
 outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
 {
-	int64	   *ids;
 	int			n = 0;
-	char	   *record;
-	const char *error = NULL;
 
 	if (!outbox_producer_transactional(producer) || txn->state != TS_OPEN)
 		return;
-	ids = palloc(sizeof(int64) * Max(batch->nevents, 1));
 	for (int i = 0; i < batch->nevents; i++)
 		if (batch->events[i].outcome == EVENT_IN_FLIGHT)
-			ids[n++] = batch->events[i].id;
-	txn->events = n;
-	if (n == 0)
+			n++;
+	txn->events += n;
+	/*
+	 * Nothing went out: no transaction to commit. An abort that must be
+	 * called again is finish's (the refused events abort it there; with
+	 * none, it commits an empty progress record).
+	 */
+	if (txn->events == 0)
 	{
-		/* nothing went out: no transaction to commit */
-		while (abort_transaction(txn, outbox_producer_handle(producer)) == TXN_NOTHING)
-		{
-			CHECK_FOR_INTERRUPTS();
-			if (outbox_stop_requested())
-				break;
-		}
+		(void) abort_transaction(txn, outbox_producer_handle(producer));
 		return;
 	}
-	record = outbox_progress_encode(outbox_instance_id(), batch->extension_oid, ids, n);
+	publish(txn, true);
+	if (n > 0)
+		pause_at(txn, OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce");
+}
+
+/*
+ * Everything produced is acknowledged: the transaction takes no more
+ * reads, and its progress record goes out, naming every event it
+ * delivered.
+ */
+static int
+compare_id(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* The delivered events the settle will delete (every report is in). */
+static int
+delivered_ids(OutboxWindow *window, int64 **ids, Oid *extension)
+{
+	OutboxEvent **events;
+	int			nevents = outbox_window_to_settle(window, &events, extension);
+	int			n = 0;
+
+	*ids = palloc(sizeof(int64) * Max(nevents, 1));
+	for (int i = 0; i < nevents; i++)
+		if (events[i]->outcome == EVENT_DELIVERED)
+			(*ids)[n++] = events[i]->id;
+	/* a read may start below an earlier one's events (the read floor) */
+	qsort(*ids, n, sizeof(int64), compare_id);
+	return n;
+}
+
+static void
+close_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window)
+{
+	int64	   *ids;
+	Oid			extension;
+	int			n = delivered_ids(window, &ids, &extension);
+	char	   *record = outbox_progress_encode(outbox_instance_id(), extension, ids, n);
+	const char *error = NULL;
+
+	txn->closing = true;
+	txn->events = n;
 	if (!outbox_producer_produce_progress(producer, outbox_progress_topic, txn->partition,
 										  txn->key, record, strlen(record), &error))
 	{
@@ -309,8 +368,6 @@ outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch
 				(errmsg("%s: the progress record was refused, the transaction is aborted: %s",
 						txn->who, error)));
 	}
-	publish(txn, true);
-	pause_at(txn, OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce");
 }
 
 static TxnOutcome
@@ -363,30 +420,42 @@ commit_transaction(OutboxTxn *txn, rd_kafka_t *rk, const OutboxProgressReport *p
 }
 
 TxnOutcome
-outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, int in_flight, int failed)
+outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window)
 {
 	const OutboxProgressReport *progress;
 	rd_kafka_t *rk;
 	TxnOutcome	outcome;
+	int			failed = outbox_window_failed(window);
 
-	if (producer == NULL || !outbox_producer_transactional(producer) ||
-		txn->state != TS_OPEN || in_flight > 0)
+	if (producer == NULL || !outbox_producer_transactional(producer))
 		return TXN_NOTHING;
-	progress = outbox_producer_progress(producer);
-	if (!txn->progress_failed && !progress->reported)
+	/* lost outside finish (an abort in outbox_txn_produced): said once */
+	if (txn->state == TS_LOST && !txn->lost_told)
+	{
+		txn->lost_told = true;
+		return TXN_LOST_OUTCOME;
+	}
+	if (txn->state != TS_OPEN || outbox_window_in_flight(window) > 0)
 		return TXN_NOTHING;
 	rk = outbox_producer_handle(producer);
+	if (!txn->closing && failed == 0 &&
+		rd_kafka_fatal_error(rk, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		close_transaction(txn, producer, window);
+	progress = outbox_producer_progress(producer);
+	if (txn->closing && !txn->progress_failed && !progress->reported)
+		return TXN_NOTHING;
 	if (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		txn->state = TS_LOST;
 		outcome = TXN_LOST_OUTCOME;
 	}
-	else if (failed == 0 && !txn->progress_failed && !progress->failed)
+	else if (failed == 0 && txn->closing && !txn->progress_failed && !progress->failed)
 		outcome = commit_transaction(txn, rk, progress);
 	else
 	{
 		/* purged with the events after a failure of theirs: not its own */
-		if (failed == 0 && progress->reported && progress->failed && !txn->progress_failed)
+		if (failed == 0 && txn->closing && progress->reported && progress->failed &&
+			!txn->progress_failed)
 		{
 			ereport(LOG,
 					(errmsg("%s: Kafka refused the progress record, the transaction is aborted: %s",
@@ -395,6 +464,8 @@ outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, int in_flight, int f
 		}
 		outcome = abort_transaction(txn, rk);
 	}
+	if (outcome == TXN_LOST_OUTCOME)
+		txn->lost_told = true;
 	publish(txn, true);
 	return outcome;
 }
@@ -441,6 +512,7 @@ outbox_txn_forget(OutboxTxn *txn)
 	if (txn->state != TS_SUPERSEDED)
 		txn->state = TS_NEED_INIT;
 	txn->waiting = false;
+	txn->lost_told = false;
 	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
 	return was_open;
 }

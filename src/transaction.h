@@ -9,6 +9,7 @@
 
 #include "producer.h"
 #include "queue.h"
+#include "window.h"
 
 typedef struct OutboxTxn OutboxTxn;
 
@@ -24,8 +25,9 @@ typedef enum TxnOutcome
 extern OutboxTxn *outbox_txn_create(int shard, const char *who);
 
 /*
- * Whether a read may be produced now: transactions initialised, the last
- * committed transaction settled, the window empty. May block briefly.
+ * Whether a read may be produced now: transactions initialised, and the
+ * last committed transaction settled (the window empty), or a transaction
+ * open that takes more reads. May block briefly.
  */
 extern bool outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool window_empty);
 
@@ -33,9 +35,12 @@ extern bool outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool wind
 extern void outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer);
 extern void outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch);
 
-/* Once every report is in: commit, or abort if failed > 0. */
+/*
+ * Once every report of the window is in: close the transaction (its
+ * progress record), then commit it; abort it if an event failed.
+ */
 extern TxnOutcome outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer,
-									int in_flight, int failed);
+									OutboxWindow *window);
 extern bool outbox_txn_progress_failed(OutboxTxn *txn);
 
 /* Whether the window may be settled: no transaction open. */

@@ -895,8 +895,7 @@ look_around(WorkerState *st)
 static void
 finish_transaction(WorkerState *st)
 {
-	switch (outbox_txn_finish(st->txn, st->producer, outbox_window_in_flight(st->window),
-							  outbox_window_failed(st->window)))
+	switch (outbox_txn_finish(st->txn, st->producer, st->window))
 	{
 		case TXN_NOTHING:
 			break;

@@ -93,7 +93,7 @@ for my $gap (qw(after_produce before_commit after_commit after_settle))
 		$load = load_round('eos', per => 100);
 		my $pid;
 		my $paused = wait_until(60, sub {
-			log_since($node, $offset) =~ /test pause $gap \(pid (\d+)\)/ or return 0;
+			log_since($node, $offset) =~ /test pause $gap \(pid (\d+),/ or return 0;
 			$pid = $1;
 			return 1;
 		});
