@@ -1,7 +1,8 @@
 /*
  * transaction.h
- *		Exactly-once delivery: one Kafka transaction per read, with its
- *		progress record, settled only once committed (transaction.c).
+ *		Exactly-once delivery: Kafka transactions of what is produced until
+ *		all of it is acknowledged, each with its progress record, settled
+ *		only once committed (transaction.c).
  *		Every call is a no-op for a producer that is not transactional.
  */
 #ifndef OUTBOX_TRANSACTION_H
