@@ -197,6 +197,15 @@ ALTER SYSTEM SET outbox.batch_size = -1;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET outbox.message_format = 'xml';
 \echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.delivery = 'twice';
+\echo :LAST_ERROR_SQLSTATE
+-- a Kafka topic name: letters, digits, . _ -, not Kafka's own "__"
+ALTER SYSTEM SET outbox.progress_topic = '';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.progress_topic = 'a b';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.progress_topic = '__consumer_offsets';
+\echo :LAST_ERROR_SQLSTATE
 
 -- outbox is a reserved prefix: no made-up outbox.* setting
 SET outbox.no_such_setting = 1;
@@ -222,6 +231,8 @@ ALTER SYSTEM SET outbox.kafka_config = 'metadata.broker.list=x:1';
 ALTER SYSTEM SET outbox.kafka_config = 'linger.ms=2, enable.idempotence = false';
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET outbox.kafka_config = 'transactional.id=t1';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET outbox.kafka_config = 'transaction.timeout.ms=1000';
 \echo :LAST_ERROR_SQLSTATE
 -- values the idempotent producer would refuse only when it is created
 ALTER SYSTEM SET outbox.kafka_config = 'acks=1';

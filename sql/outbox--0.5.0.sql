@@ -214,7 +214,9 @@ CREATE FUNCTION @extschema@.outbox_shard_stats(
     OUT last_delivered_at timestamptz, OUT last_error text, OUT last_error_at timestamptz,
     OUT ack_latency_p50_ms double precision, OUT ack_latency_p99_ms double precision,
     OUT stats_reset timestamptz, OUT in_flight_first_id bigint,
-    OUT in_flight_last_id bigint, OUT in_flight_since timestamptz)
+    OUT in_flight_last_id bigint, OUT in_flight_since timestamptz,
+    OUT delivery text, OUT transaction_events integer, OUT transaction_since timestamptz,
+    OUT transactions_committed bigint, OUT transactions_aborted bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'outbox_shard_stats'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -242,7 +244,8 @@ SELECT s.shard, s.pid, s.state, s.state_since,
             ELSE greatest(now() - p.oldest_pending_at, interval '0') END AS lag,
        s.delivered, s.failed_attempts, s.dead_lettered, s.last_delivered_at,
        s.last_error, s.last_error_at, s.ack_latency_p50_ms, s.ack_latency_p99_ms,
-       s.stats_reset
+       s.stats_reset, s.delivery, s.transaction_events, s.transaction_since,
+       s.transactions_committed, s.transactions_aborted
 FROM @extschema@.outbox_shard_stats() s
 LEFT JOIN (SELECT o.shard, count(*) AS pending, min(o.created_at) AS oldest_pending_at
            FROM @extschema@.outbox o GROUP BY o.shard) p ON p.shard = s.shard;

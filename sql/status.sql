@@ -22,6 +22,10 @@ SELECT shard, pid, state, pending, oldest_pending_at, lag, delivered, failed_att
        dead_lettered, last_error, ack_latency_p50_ms, ack_latency_p99_ms
 FROM outbox_status;
 SELECT count(*) AS brokers FROM outbox_kafka_brokers;
+-- the delivery mode is the setting's while no worker runs; no transaction
+SELECT shard, delivery, transaction_events, transaction_since, transactions_committed,
+       transactions_aborted
+FROM outbox_status;
 
 -- a backlog: counted, with its age
 SELECT outbox_send('orders', 'a'::text, 'k1') AS a \gset

@@ -79,7 +79,21 @@ struct OutboxProducer
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
 	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
+	bool		transactional;	/* built for outbox.delivery = exactly_once */
+	OutboxProgressReport progress;	/* of the last progress record produced */
 };
+
+/*
+ * The transactional.id of this process's producers in exactly-once mode,
+ * set once by transaction.c (it knows what makes it stable).
+ */
+static char transactional_id[256] = "";
+
+void
+outbox_producer_set_transactional_id(const char *id)
+{
+	strlcpy(transactional_id, id, sizeof(transactional_id));
+}
 
 /*
  * Errors after which Kafka will accept the same event later. Among them
@@ -126,6 +140,12 @@ is_retriable(rd_kafka_resp_err_t err)
 		case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
 		case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
 		case RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS:
+			/* exactly-once: a fenced or aborted transaction blames no event */
+		case RD_KAFKA_RESP_ERR__FENCED:
+		case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
+		case RD_KAFKA_RESP_ERR_INVALID_TXN_STATE:
+		case RD_KAFKA_RESP_ERR_TRANSACTION_COORDINATOR_FENCED:
+		case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING:
 			return true;
 		default:
 			return false;
@@ -179,6 +199,15 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 	OutboxEvent *event = (OutboxEvent *) message->_private;
 	rd_kafka_resp_err_t err = message->err;
 
+	/* the progress record of a transaction (transaction.c) has no event */
+	if (event == NULL)
+	{
+		producer->progress.reported = true;
+		producer->progress.failed = (err != RD_KAFKA_RESP_ERR_NO_ERROR);
+		producer->progress.error = rd_kafka_err2str(err);
+		producer->progress.offset = message->offset;
+		return;
+	}
 	/* withdrawn because it timed out: said as librdkafka would */
 	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && event->produced_at <= producer->timed_out_before)
 		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
@@ -315,6 +344,26 @@ take_over_message_timeout(ConfBuild *build, char **error)
 }
 
 /*
+ * Exactly-once: a transactional producer. librdkafka wants
+ * message.timeout.ms (the one it got, see take_over_message_timeout) at
+ * most transaction.timeout.ms, and would make socket.timeout.ms as long as
+ * the transaction's timeout unless told otherwise (set before the user's
+ * properties, which may change it).
+ */
+static bool
+set_transactional(ConfBuild *build, char **error)
+{
+	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
+	char		value[32];
+
+	if (outbox_delivery != OUTBOX_EXACTLY_ONCE)
+		return true;
+	snprintf(value, sizeof(value), "%ld", Max(timeout_ms, 60000L));
+	return conf_set(build, "transactional.id", transactional_id, error) &&
+		conf_set(build, "transaction.timeout.ms", value, error);
+}
+
+/*
  * Sets every property the producer gets from the settings: those the
  * worker derives, then outbox.kafka_config, then the secrets file.
  */
@@ -356,15 +405,24 @@ set_properties(ConfBuild *build, const char *client_id, char **error)
 	};
 
 	for (size_t i = 0; i < lengthof(derived); i++)
-		if (!conf_set(build, derived[i].name, derived[i].value, error))
+	{
+		/* a transaction, not the gap-less rule, fails what follows a failure */
+		bool		skip = outbox_delivery == OUTBOX_EXACTLY_ONCE &&
+			strcmp(derived[i].name, "enable.gapless.guarantee") == 0;
+
+		if (!skip && !conf_set(build, derived[i].name, derived[i].value, error))
 			return false;
+	}
+	if (outbox_delivery == OUTBOX_EXACTLY_ONCE &&
+		!conf_set(build, "socket.timeout.ms", "60000", error))
+		return false;
 	if (!outbox_apply_kafka_config(outbox_kafka_config, build, set_user_property, error))
 		return false;
 	if (!outbox_apply_kafka_config_file(outbox_kafka_config_file, build, set_user_property, error))
 		return false;
 	if (!fit_topic_wait_to_timeout(build, error))
 		return false;
-	return take_over_message_timeout(build, error);
+	return take_over_message_timeout(build, error) && set_transactional(build, error);
 }
 
 /*
@@ -468,6 +526,7 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 	}
 	producer->settings = MemoryContextStrdup(TopMemoryContext, build.applied.data);
 	producer->timeout_ms = build.timeout_ms;
+	producer->transactional = (outbox_delivery == OUTBOX_EXACTLY_ONCE);
 	pfree(build.applied.data);
 	set_callbacks(build.conf, producer);
 	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.conf, errstr, sizeof(errstr));
@@ -798,6 +857,8 @@ static bool
 refuses_producer(rd_kafka_resp_err_t err)
 {
 	return err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
+		err == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED ||
+		err == RD_KAFKA_RESP_ERR_INVALID_TRANSACTION_TIMEOUT ||
 		err == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE;
 }
 
@@ -871,4 +932,52 @@ void
 outbox_producer_publish_brokers(OutboxProducer *producer)
 {
 	outbox_kafka_stats_publish(producer->kafka);
+}
+
+/* Whether it was built for exactly-once delivery (transactional). */
+bool
+outbox_producer_transactional(OutboxProducer *producer)
+{
+	return producer->transactional;
+}
+
+/* The librdkafka handle, for transaction.c's calls. */
+struct rd_kafka_s *
+outbox_producer_handle(OutboxProducer *producer)
+{
+	return producer->rk;
+}
+
+/*
+ * Produces a transaction's progress record (copied) to an explicit
+ * partition; its report lands in outbox_producer_progress(). Returns false
+ * with *error if librdkafka refused it at once.
+ */
+bool
+outbox_producer_produce_progress(OutboxProducer *producer, const char *topic,
+								 int32 partition, const char *key,
+								 const char *value, size_t valuelen,
+								 const char **error)
+{
+	rd_kafka_resp_err_t err;
+
+	memset(&producer->progress, 0, sizeof(producer->progress));
+	err = rd_kafka_producev(producer->rk,
+							RD_KAFKA_V_TOPIC(topic),
+							RD_KAFKA_V_PARTITION(partition),
+							RD_KAFKA_V_KEY(key, strlen(key)),
+							RD_KAFKA_V_VALUE((void *) value, valuelen),
+							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+							RD_KAFKA_V_OPAQUE(NULL),
+							RD_KAFKA_V_END);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		return true;
+	*error = rd_kafka_err2str(err);
+	return false;
+}
+
+const OutboxProgressReport *
+outbox_producer_progress(OutboxProducer *producer)
+{
+	return &producer->progress;
 }

@@ -16,6 +16,15 @@ typedef struct OutboxReports
 	int			failed;
 } OutboxReports;
 
+/* What the delivery report of a transaction's progress record said. */
+typedef struct OutboxProgressReport
+{
+	bool		reported;
+	bool		failed;
+	const char *error;			/* librdkafka's static description */
+	int64		offset;			/* where Kafka wrote it */
+} OutboxProgressReport;
+
 extern OutboxProducer *outbox_producer_create(const char *name,
 											  const char *client_id, char **error);
 extern void outbox_producer_destroy(OutboxProducer *producer);
@@ -60,5 +69,16 @@ extern bool outbox_producer_refused(OutboxProducer *producer);
 extern void outbox_producer_report_state(OutboxProducer *producer);
 extern bool outbox_producer_kafka_down(OutboxProducer *producer);
 extern void outbox_producer_publish_brokers(OutboxProducer *producer);
+
+/* Exactly-once (transaction.c): the transactional producer's extras. */
+struct rd_kafka_s;
+extern void outbox_producer_set_transactional_id(const char *id);
+extern bool outbox_producer_transactional(OutboxProducer *producer);
+extern struct rd_kafka_s *outbox_producer_handle(OutboxProducer *producer);
+extern bool outbox_producer_produce_progress(OutboxProducer *producer, const char *topic,
+											 int32 partition, const char *key,
+											 const char *value, size_t valuelen,
+											 const char **error);
+extern const OutboxProgressReport *outbox_producer_progress(OutboxProducer *producer);
 
 #endif							/* OUTBOX_PRODUCER_H */

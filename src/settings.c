@@ -39,11 +39,29 @@ int			outbox_window_size = 10000;
 int			outbox_window_bytes = 64 * 1024 * 1024;
 int			outbox_lag_warning_ms = 60 * 1000;
 char	   *outbox_cloudevents_source = NULL;
+int			outbox_delivery = OUTBOX_AT_LEAST_ONCE;
+char	   *outbox_progress_topic = NULL;
+int			outbox_test_pause_at = OUTBOX_PAUSE_NONE;
 
 static const struct config_enum_entry message_format_options[] = {
 	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
 	{"payload", OUTBOX_FORMAT_PAYLOAD, false},
 	{"cloudevents", OUTBOX_FORMAT_CLOUDEVENTS, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry delivery_options[] = {
+	{"at_least_once", OUTBOX_AT_LEAST_ONCE, false},
+	{"exactly_once", OUTBOX_EXACTLY_ONCE, false},
+	{NULL, 0, false}
+};
+
+static const struct config_enum_entry pause_options[] = {
+	{"none", OUTBOX_PAUSE_NONE, false},
+	{"after_produce", OUTBOX_PAUSE_AFTER_PRODUCE, false},
+	{"before_commit", OUTBOX_PAUSE_BEFORE_COMMIT, false},
+	{"after_commit", OUTBOX_PAUSE_AFTER_COMMIT, false},
+	{"after_settle", OUTBOX_PAUSE_AFTER_SETTLE, false},
 	{NULL, 0, false}
 };
 
@@ -60,7 +78,7 @@ static const struct config_enum_entry message_format_options[] = {
 static const char *const reserved_properties[] = {
 	"bootstrap.servers", "metadata.broker.list", "enable.idempotence",
 	"enable.gapless.guarantee", "partitioner", "log.queue",
-	"internal.termination.signal", "transactional.id",
+	"internal.termination.signal", "transactional.id", "transaction.timeout.ms",
 	"acks", "request.required.acks", "max.in.flight",
 	"max.in.flight.requests.per.connection", "retries",
 	"message.send.max.retries", "queuing.strategy",
@@ -362,6 +380,24 @@ show_kafka_config(void)
 	return "********";
 }
 
+/* Kafka's rule for a topic name; its own topics start with "__". */
+static bool
+check_progress_topic(char **newval, void **extra, GucSource source)
+{
+	size_t		len = *newval == NULL ? 0 : strlen(*newval);
+
+	if (len == 0 || len > 249 || strcmp(*newval, ".") == 0 || strcmp(*newval, "..") == 0 ||
+		strncmp(*newval, "__", 2) == 0 || strspn(*newval,
+											   "abcdefghijklmnopqrstuvwxyz"
+											   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+											   "0123456789._-") != len)
+	{
+		GUC_check_errdetail("A Kafka topic name has 1 to 249 letters, digits, '.', '_' or '-', and does not start with \"__\".");
+		return false;
+	}
+	return true;
+}
+
 static bool
 check_brokers(char **newval, void **extra, GucSource source)
 {
@@ -588,6 +624,21 @@ outbox_define_settings(void)
 							"0 turns the warning off.",
 							&outbox_lag_warning_ms, 60 * 1000, 0, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomEnumVariable("outbox.delivery",
+							 "Delivery mode: at_least_once, or exactly_once with Kafka transactions.",
+							 "A change rebuilds each worker's producer once its window is drained.",
+							 &outbox_delivery, OUTBOX_AT_LEAST_ONCE, delivery_options,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("outbox.progress_topic",
+							   "Compacted Kafka topic of the exactly-once progress records.",
+							   NULL, &outbox_progress_topic, "outbox_progress",
+							   PGC_POSTMASTER, 0, check_progress_topic, NULL, NULL);
+	/* for the tests only: a worker waits there, to be killed in that gap */
+	DefineCustomEnumVariable("outbox.test_pause_at",
+							 "Test only: where an exactly-once worker pauses.",
+							 NULL, &outbox_test_pause_at, OUTBOX_PAUSE_NONE, pause_options,
+							 PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							 NULL, NULL, NULL);
 
 	/* not preloaded, outbox.shards and outbox.database stay placeholders */
 	if (!process_shared_preload_libraries_in_progress)

@@ -19,6 +19,23 @@ typedef enum OutboxMessageFormat
 	OUTBOX_FORMAT_CLOUDEVENTS
 } OutboxMessageFormat;
 
+/* outbox.delivery: what a consumer may see (docs/guarantees.md) */
+typedef enum OutboxDelivery
+{
+	OUTBOX_AT_LEAST_ONCE,
+	OUTBOX_EXACTLY_ONCE
+} OutboxDelivery;
+
+/* outbox.test_pause_at: where a worker stops for a test to kill it */
+typedef enum OutboxPausePoint
+{
+	OUTBOX_PAUSE_NONE,
+	OUTBOX_PAUSE_AFTER_PRODUCE,
+	OUTBOX_PAUSE_BEFORE_COMMIT,
+	OUTBOX_PAUSE_AFTER_COMMIT,
+	OUTBOX_PAUSE_AFTER_SETTLE
+} OutboxPausePoint;
+
 extern char *outbox_brokers;
 extern char *outbox_databases;
 extern char *outbox_database;
@@ -39,6 +56,9 @@ extern int	outbox_max_attempts;
 extern int	outbox_shutdown_timeout_ms;
 extern int	outbox_lag_warning_ms;
 extern char *outbox_cloudevents_source;
+extern int	outbox_delivery;
+extern char *outbox_progress_topic;
+extern int	outbox_test_pause_at;
 
 extern void outbox_define_settings(void);
 extern bool outbox_database_allowed(const char *dbname);

@@ -66,6 +66,11 @@ typedef struct ShardStats
 	int64		in_flight_first;	/* 0: nothing in flight */
 	int64		in_flight_last;
 	TimestampTz in_flight_since;
+	bool		exactly_once;	/* the producer is transactional */
+	int			txn_events;		/* in the open Kafka transaction */
+	TimestampTz txn_opened_at;	/* 0: none open */
+	pg_atomic_uint64 txn_commits;
+	pg_atomic_uint64 txn_aborts;
 	LatencyWindow windows[NWINDOWS];
 	int			nbrokers;
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
@@ -115,6 +120,8 @@ clear_counters(ShardStats *entry, TimestampTz now)
 	pg_atomic_write_u64(&entry->delivered, 0);
 	pg_atomic_write_u64(&entry->failed_attempts, 0);
 	pg_atomic_write_u64(&entry->dead_lettered, 0);
+	pg_atomic_write_u64(&entry->txn_commits, 0);
+	pg_atomic_write_u64(&entry->txn_aborts, 0);
 	entry->last_delivered_at = 0;
 	entry->last_error[0] = '\0';
 	entry->last_error_at = 0;
@@ -142,6 +149,8 @@ outbox_stats_shmem_startup(void)
 		pg_atomic_init_u64(&entry->delivered, 0);
 		pg_atomic_init_u64(&entry->failed_attempts, 0);
 		pg_atomic_init_u64(&entry->dead_lettered, 0);
+		pg_atomic_init_u64(&entry->txn_commits, 0);
+		pg_atomic_init_u64(&entry->txn_aborts, 0);
 	}
 }
 
@@ -406,6 +415,27 @@ outbox_stats_brokers(const OutboxBrokerInfo *brokers, int nbrokers)
 	SpinLockRelease(&mine->mutex);
 }
 
+/* Exactly-once (transaction.c): the mode and the open Kafka transaction. */
+void
+outbox_stats_transaction(bool exactly_once, int events, TimestampTz opened_at)
+{
+	if (mine == NULL)
+		return;
+	SpinLockAcquire(&mine->mutex);
+	mine->exactly_once = exactly_once;
+	mine->txn_events = events;
+	mine->txn_opened_at = opened_at;
+	SpinLockRelease(&mine->mutex);
+}
+
+void
+outbox_stats_transaction_ended(bool committed)
+{
+	if (mine == NULL)
+		return;
+	pg_atomic_fetch_add_u64(committed ? &mine->txn_commits : &mine->txn_aborts, 1);
+}
+
 /* ---- SQL: the readers -------------------------------------------------- */
 
 static void
@@ -464,6 +494,8 @@ copy_entry(int shard, ShardStats *copy)
 			pg_atomic_init_u64(&copy->failed_attempts,
 							   pg_atomic_read_u64(&entry->failed_attempts));
 			pg_atomic_init_u64(&copy->dead_lettered, pg_atomic_read_u64(&entry->dead_lettered));
+			pg_atomic_init_u64(&copy->txn_commits, pg_atomic_read_u64(&entry->txn_commits));
+			pg_atomic_init_u64(&copy->txn_aborts, pg_atomic_read_u64(&entry->txn_aborts));
 			return true;
 		}
 	}
@@ -545,6 +577,11 @@ typedef enum ShardColumn
 	COL_IN_FLIGHT_FIRST_ID,
 	COL_IN_FLIGHT_LAST_ID,
 	COL_IN_FLIGHT_SINCE,
+	COL_DELIVERY,
+	COL_TRANSACTION_EVENTS,
+	COL_TRANSACTION_SINCE,
+	COL_TRANSACTIONS_COMMITTED,
+	COL_TRANSACTIONS_ABORTED,
 	SHARD_COLUMNS
 } ShardColumn;
 
@@ -589,6 +626,15 @@ add_shard_row(Tuplestorestate *store, TupleDesc desc, int shard, TimestampTz now
 	values[COL_IN_FLIGHT_SINCE] = TimestampTzGetDatum(entry.in_flight_since);
 	nulls[COL_IN_FLIGHT_FIRST_ID] = nulls[COL_IN_FLIGHT_LAST_ID] =
 		nulls[COL_IN_FLIGHT_SINCE] = !in_flight;
+	/* a running worker says what its producer is; otherwise the setting */
+	values[COL_DELIVERY] = CStringGetTextDatum((pid != 0 && entry.attached ? entry.exactly_once :
+												outbox_delivery == OUTBOX_EXACTLY_ONCE) ?
+											   "exactly_once" : "at_least_once");
+	values[COL_TRANSACTION_EVENTS] = Int32GetDatum(entry.txn_events);
+	nulls[COL_TRANSACTION_EVENTS] = (pid == 0 || entry.txn_opened_at == 0);
+	TIMESTAMP_OR_NULL(pid != 0 ? entry.txn_opened_at : 0, COL_TRANSACTION_SINCE);
+	values[COL_TRANSACTIONS_COMMITTED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.txn_commits));
+	values[COL_TRANSACTIONS_ABORTED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.txn_aborts));
 	tuplestore_putvalues(store, desc, values, nulls);
 }
 

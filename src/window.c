@@ -343,6 +343,33 @@ outbox_window_abandon(OutboxWindow *window, const char *why)
 	recount(window);
 }
 
+/*
+ * A Kafka transaction that did not commit (exactly-once mode): what it
+ * delivered is not there for a read_committed consumer, so those events are
+ * read again like withdrawn ones; failures keep their outcome.
+ */
+void
+outbox_window_withdraw_delivered(OutboxWindow *window, const char *why)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+		{
+			OutboxEvent *event = &chunk->batch.events[i];
+
+			if (event->settled || event->outcome != EVENT_DELIVERED)
+				continue;
+			event->outcome = EVENT_NOT_SENT;
+			event->error = why;
+		}
+	}
+	recount(window);
+}
+
 int
 outbox_window_in_flight(OutboxWindow *window)
 {

@@ -47,6 +47,8 @@ extern void outbox_window_reported(OutboxWindow *window, const OutboxReports *re
  */
 extern void outbox_window_abandon(OutboxWindow *window, const char *why);
 
+extern void outbox_window_withdraw_delivered(OutboxWindow *window, const char *why);
+
 extern int	outbox_window_in_flight(OutboxWindow *window);
 
 /* When the oldest event in flight was produced, 0 if none is. */

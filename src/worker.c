@@ -35,6 +35,7 @@
 #include "slots.h"
 #include "solo.h"
 #include "stats.h"
+#include "transaction.h"
 #include "window.h"
 #include "stop.h"
 
@@ -65,6 +66,9 @@
  * until outbox.batch_size of them are there): one transaction per group.
  */
 #define SETTLE_INTERVAL_MS 10
+
+/* Exactly-once: a commit or abort that timed out is called again after. */
+#define TXN_RETRY_MS 20
 
 /*
  * What the pipeline does, written once in worker_mode():
@@ -106,6 +110,7 @@ typedef struct WorkerState
 	bool		extension_gone;	/* a read found no extension: exit */
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
+	OutboxTxn  *txn;			/* exactly-once: its Kafka transaction */
 	bool		rebuild_producer;	/* settings changed or producer failed */
 	bool		no_producer;	/* creating one failed: waiting for a
 								 * settings change */
@@ -292,6 +297,8 @@ drop_producer(WorkerState *st)
 	if (st->producer != NULL)
 		outbox_producer_destroy(st->producer);
 	st->producer = NULL;
+	if (st->txn != NULL && outbox_txn_forget(st->txn))
+		outbox_window_withdraw_delivered(st->window, "its Kafka transaction was not committed");
 	st->rebuild_producer = false;
 	st->drain_deadline = 0;
 	if (st->wait_set != NULL)
@@ -539,7 +546,7 @@ settle_due(WorkerState *st)
 	int			unsettled = outbox_window_unsettled(st->window, &since);
 	int64		bytes;
 
-	if (unsettled == 0 || backing_off(st))
+	if (unsettled == 0 || backing_off(st) || !outbox_txn_may_settle(st->txn))
 		return false;
 	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0;
@@ -582,6 +589,7 @@ settle(WorkerState *st)
 		st->producer_refused = false;
 	}
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
+	outbox_txn_settled(st->txn, outbox_window_is_empty(st->window));
 
 	if (st->rewinding && outbox_window_failed(st->window) == 0 &&
 		outbox_window_in_flight(st->window) == 0)
@@ -749,10 +757,12 @@ read_and_produce(WorkerState *st)
 		return;
 	}
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
+	outbox_txn_begin(st->txn, st->producer);
 	/* in the window before the first message: an error halfway keeps it */
 	outbox_window_add(st->window, batch);
 	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
+	outbox_txn_produced(st->txn, st->producer, batch);
 	MemoryContextSwitchTo(old);
 	take_in_read(st, batch);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -809,6 +819,9 @@ may_read(WorkerState *st)
 		return false;
 	}
 	if (!ensure_producer(st))
+		return false;
+	/* exactly-once: one transaction at a time, after the recovery */
+	if (!outbox_txn_ready(st->txn, st->producer, outbox_window_is_empty(st->window)))
 		return false;
 	st->logged_wait = WAIT_NONE;
 	return true;
@@ -869,6 +882,42 @@ look_around(WorkerState *st)
 }
 
 /*
+ * Exactly-once: once every report of the open Kafka transaction is in, it
+ * is committed (the window is then settled) or aborted (what it delivered
+ * is read again, a failed event takes its failure path); a commit whose
+ * outcome is unknown, or a fenced producer, makes a new producer, whose
+ * recovery settles what did commit.
+ */
+static void
+finish_transaction(WorkerState *st)
+{
+	switch (outbox_txn_finish(st->txn, st->producer, st->window))
+	{
+		case TXN_NOTHING:
+			break;
+		case TXN_COMMITTED:
+			st->read_wanted = true;
+			break;
+		case TXN_ABORTED:
+			outbox_window_withdraw_delivered(st->window, "its Kafka transaction was aborted");
+			st->rewinding = true;
+			/* the progress record, not an event, failed: wait before the next */
+			if (outbox_txn_progress_failed(st->txn))
+			{
+				st->kafka_failures++;
+				back_off(st);
+			}
+			break;
+		case TXN_LOST_OUTCOME:
+			outbox_window_withdraw_delivered(st->window,
+											 "its Kafka transaction's outcome is unknown");
+			st->rewinding = true;
+			st->rebuild_producer = true;
+			break;
+	}
+}
+
+/*
  * One turn of the pipeline: serve reports, settle what is due, read and
  * produce what has committed; and look around.
  */
@@ -880,6 +929,7 @@ deliver(WorkerState *st)
 		return;
 	serve_reports(st);
 	time_out_in_flight(st);
+	finish_transaction(st);
 	if (draining(st))
 		give_up_late_reports(st);
 	if (settle_due(st))
@@ -1043,6 +1093,9 @@ idle_ms(WorkerState *st)
 		ms = Min(ms, ms_until(st->drain_deadline));
 	if (worker_mode(st) == MODE_PRODUCING && (deadline = in_flight_deadline(st)) != 0)
 		ms = Min(ms, ms_until(deadline));
+	/* a commit or abort that timed out is called again soon */
+	if (outbox_txn_waiting(st->txn))
+		ms = Min(ms, TXN_RETRY_MS);
 	return Max(ms, 0);
 }
 
@@ -1155,6 +1208,7 @@ outbox_worker_main(Datum main_arg)
 	connect_to_database(st);
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
+	st->txn = outbox_txn_create(st->shard, worker_name);
 	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											 ALLOCSET_DEFAULT_SIZES);
 	st->read_wanted = true;

@@ -373,11 +373,14 @@ sub end_offsets_sum
 # prints as an empty one), timestamp the record's, in ms. With $count, at
 # most that many: kcat stops at the end of a partition only while nothing
 # new arrives there, so a full read under load lasts as long as the load.
+# With $isolation, kcat reads at that isolation.level (librdkafka's
+# default: read_committed).
 sub consume
 {
-	my ($broker, $topic, $count) = @_;
+	my ($broker, $topic, $count, $isolation) = @_;
 	my ($out, $err) = ('', '');
 	my @count = $count ? ('-c', $count) : ();
+	push @count, ('-X', "isolation.level=$isolation") if $isolation;
 	IPC::Run::run([ 'kcat', '-C', '-b', $broker->bootstrap, '-t', $topic, '-e', '-q', @count,
 		'-f', '%p\t%o\t%k\t%S\t%T\t%h\t%s\n' ], '<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout(120))
