@@ -531,6 +531,10 @@ define_startup_settings(void)
 							"Most delivery workers on the server, all databases together.",
 							NULL, &outbox_max_workers, 16, 1, 1024,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("outbox.progress_topic",
+							   "Compacted Kafka topic of the exactly-once progress records.",
+							   NULL, &outbox_progress_topic, "outbox_progress",
+							   PGC_POSTMASTER, 0, check_progress_topic, NULL, NULL);
 	refuse_replaced_value("outbox.shards", configured_shards,
 						  configured_shards != NULL &&
 						  (!parse_int(configured_shards, &parsed, 0, NULL) ||
@@ -629,10 +633,6 @@ outbox_define_settings(void)
 							 "A change rebuilds each worker's producer once its window is drained.",
 							 &outbox_delivery, OUTBOX_AT_LEAST_ONCE, delivery_options,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomStringVariable("outbox.progress_topic",
-							   "Compacted Kafka topic of the exactly-once progress records.",
-							   NULL, &outbox_progress_topic, "outbox_progress",
-							   PGC_POSTMASTER, 0, check_progress_topic, NULL, NULL);
 	/* for the tests only: a worker waits there, to be killed in that gap */
 	DefineCustomEnumVariable("outbox.test_pause_at",
 							 "Test only: where an exactly-once worker pauses.",
