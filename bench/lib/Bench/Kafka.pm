@@ -50,8 +50,11 @@ sub start_real_kafka
 		'max.message.bytes' => 4194304,
 		'retention.bytes' => 104857600,
 		'segment.bytes' => 16777216 });
-	# nothing is created on first use there: the latency part's sampler
+	# nothing is created on first use there: the latency part's sampler,
+	# and exactly-once delivery's progress records (the part modes)
 	$c->create_topic('ack_latency', partitions => 1);
+	$c->create_topic('outbox_progress', partitions => 3,
+		config => { 'cleanup.policy' => 'compact', 'segment.ms' => 600000 });
 	$self->{broker} = $c;
 }
 
