@@ -209,7 +209,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 		return;
 	}
 	/* withdrawn because it timed out: said as librdkafka would */
-	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE && event->produced_at <= producer->timed_out_before)
+	if ((err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) &&
+		event->produced_at <= producer->timed_out_before)
 		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
 	record_outcome(event, err);
 	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
@@ -323,11 +324,11 @@ typedef struct DerivedProperty
 
 /*
  * librdkafka times messages out one at a time: when one times out while
- * the next of its partition is still queued, that next one goes out first
- * as soon as a leader answers, and its key's order is gone. So the worker
- * keeps message.timeout.ms for itself (outbox_producer_time_out withdraws
- * everything queued at once) and gives librdkafka a longer one, which only
- * ever ends what was sent and has nothing of its partition queued behind.
+ * later ones of its partition are queued or in flight, it renumbers those
+ * (a new producer epoch), they go out first as soon as a leader answers,
+ * and their key's order is gone. So the worker keeps message.timeout.ms
+ * for itself (outbox_producer_time_out withdraws everything at once) and
+ * gives librdkafka a longer one, which never ends first.
  */
 static bool
 take_over_message_timeout(ConfBuild *build, char **error)
@@ -820,6 +821,27 @@ outbox_producer_wait_fd(OutboxProducer *producer)
 	return producer->wake_pipe[0];
 }
 
+/*
+ * Everything Kafka has not acknowledged is withdrawn, in flight included.
+ * A gap in a partition's sequence with later messages of it left behind
+ * (a retry withdrawn from the queue ahead of requests in flight, or one
+ * librdkafka itself times out in flight) makes librdkafka bump the
+ * producer epoch and number those later messages afresh: Kafka takes
+ * them, before the withdrawn ones are sent again. With nothing left
+ * behind, Kafka only takes what comes in sequence. The price: what was in
+ * flight may have been written, and is sent again.
+ */
+void
+outbox_producer_withdraw(OutboxProducer *producer)
+{
+	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+}
+
+/*
+ * After a refusal, only what was not sent is withdrawn: the refused event
+ * waits out a back-off while its key's later events are held, and what is
+ * in flight is let through rather than sent twice.
+ */
 void
 outbox_producer_purge_queued(OutboxProducer *producer)
 {
@@ -836,13 +858,13 @@ void
 outbox_producer_time_out(OutboxProducer *producer, TimestampTz produced_before)
 {
 	producer->timed_out_before = produced_before;
-	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
+	outbox_producer_withdraw(producer);
 }
 
 void
 outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports)
 {
-	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+	outbox_producer_withdraw(producer);
 	/* purged in-flight reports can take a moment to come back */
 	for (int i = 0; i < 50 && producer->in_flight > 0; i++)
 		rd_kafka_poll(producer->rk, i == 0 ? 0 : 100);

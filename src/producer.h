@@ -50,12 +50,17 @@ extern void outbox_producer_serve(OutboxProducer *producer, OutboxReports *repor
 /* Readable when librdkafka has something to serve: for WaitEventSet. */
 extern int	outbox_producer_wait_fd(OutboxProducer *producer);
 
-/* Fails what was not yet sent: nothing queued behind a failure goes out. */
+/*
+ * Fails everything not yet acknowledged, queued or in flight, so that
+ * nothing behind an event that timed out is written before it is sent
+ * again; purge_queued fails only what was not sent yet (after a refusal).
+ */
+extern void outbox_producer_withdraw(OutboxProducer *producer);
 extern void outbox_producer_purge_queued(OutboxProducer *producer);
 
 /*
  * message.timeout.ms as the user set it (0: none), which the worker
- * enforces: time_out fails what was not yet sent, like purge_queued, the
+ * enforces: time_out withdraws everything, the
  * events produced before produced_before as timed out.
  */
 extern int	outbox_producer_timeout_ms(OutboxProducer *producer);

@@ -365,9 +365,9 @@ in_flight_deadline(WorkerState *st)
 
 /*
  * The worker, not librdkafka, times out what it produced (producer.c says
- * why): all that is still queued fails at once, the events produced
- * message.timeout.ms ago as timed out, so nothing produced after them goes
- * out before them; the rewind waits for what was sent.
+ * why): all that is not acknowledged fails at once, the events produced
+ * message.timeout.ms ago as timed out, so nothing produced after them is
+ * written before them.
  */
 static void
 time_out_in_flight(WorkerState *st)
@@ -382,7 +382,7 @@ time_out_in_flight(WorkerState *st)
 							 TimestampTzPlusMilliseconds(now, -outbox_producer_timeout_ms(st->producer)));
 	st->rewinding = true;
 	ereport(DEBUG1,
-			(errmsg_internal("%s: events in flight timed out, rewinding once %d event(s) sent are reported",
+			(errmsg_internal("%s: events in flight timed out, rewinding once %d event(s) withdrawn are reported",
 							 worker_name, outbox_window_in_flight(st->window))));
 }
 
