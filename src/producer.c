@@ -16,6 +16,7 @@
 #include "backoff.h"
 #include "compat.h"
 #include "kafka_stats.h"
+#include "partition_warmup.h"
 #include "settings.h"
 #include "stats.h"
 #include "stop.h"
@@ -68,6 +69,7 @@ struct OutboxProducer
 	char	   *client_id;
 	char	   *settings;		/* every "name=value\n" librdkafka was given */
 	HTAB	   *topics;			/* TopicHandle by name */
+	MemoryContext warmup_context;	/* the topics' PartitionWarmup: outlives rk */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
@@ -213,6 +215,9 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 		event->produced_at <= producer->timed_out_before)
 		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
 	record_outcome(event, err);
+	if (message->rkt != NULL && rd_kafka_topic_opaque(message->rkt) != NULL)
+		outbox_warmup_reported((PartitionWarmup *) rd_kafka_topic_opaque(message->rkt), event,
+							   message->partition, message->err == RD_KAFKA_RESP_ERR_NO_ERROR);
 	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
 		event->error = timed_out_error;
 	producer->in_flight--;
@@ -502,6 +507,7 @@ free_producer(OutboxProducer *producer)
 	outbox_kafka_stats_destroy(producer->kafka);
 	if (producer->topics != NULL)
 		hash_destroy(producer->topics);
+	MemoryContextDelete(producer->warmup_context);
 	if (producer->settings != NULL)
 		pfree(producer->settings);
 	pfree(producer->client_id);
@@ -520,6 +526,8 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 	producer->client_id = MemoryContextStrdup(TopMemoryContext, client_id);
 	producer->kafka = outbox_kafka_stats_create(name);
 	producer->topics = create_topic_handles();
+	producer->warmup_context = AllocSetContextCreate(TopMemoryContext, "outbox partition warm-up",
+													 ALLOCSET_SMALL_SIZES);
 	if (!build_conf(&build, client_id, error))
 	{
 		free_producer(producer);
@@ -676,6 +684,7 @@ topic_handle(OutboxProducer *producer, const char *topic)
 {
 	TopicHandle *handle;
 	rd_kafka_topic_t *rkt;
+	rd_kafka_topic_conf_t *topic_conf;
 
 	if (strlen(topic) >= TOPIC_NAME_KEY)
 		return NULL;
@@ -686,9 +695,13 @@ topic_handle(OutboxProducer *producer, const char *topic)
 		return NULL;
 	/* entered first: the entry cannot fail once librdkafka made the handle */
 	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
-	rkt = rd_kafka_topic_new(producer->rk, topic, NULL);
+	(void) outbox_warmup_create(producer->warmup_context, producer->rk, &topic_conf);
+	rkt = rd_kafka_topic_new(producer->rk, topic, topic_conf);
 	if (rkt == NULL)
+	{
+		rd_kafka_topic_conf_destroy(topic_conf);
 		hash_search(producer->topics, topic, HASH_REMOVE, NULL);
+	}
 	else
 		handle->rkt = rkt;
 	return rkt;
@@ -739,6 +752,21 @@ describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *r
 }
 
 /*
+ * Whether the event may go now: false while its partition waits for this
+ * producer's first acknowledgement there (partition_warmup.c). Topics
+ * produced to by name have no such wait.
+ */
+bool
+outbox_producer_admits(OutboxProducer *producer, OutboxEvent *event)
+{
+	rd_kafka_topic_t *rkt = topic_handle(producer, event->topic);
+	PartitionWarmup *warmup = rkt == NULL ? NULL : rd_kafka_topic_opaque(rkt);
+
+	event->opens = 0;
+	return warmup == NULL || outbox_warmup_admits(warmup, rkt, event);
+}
+
+/*
  * Hands one event to librdkafka. Returns false if it was refused at once
  * (the outcome is recorded on the event): the caller must then hold back
  * the rest of its key. The value is not copied: it must stay valid until
@@ -783,6 +811,8 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 	event->outcome = EVENT_IN_FLIGHT;
 	event->produced_at = GetCurrentTimestamp();
 	producer->in_flight++;
+	if (rkt != NULL && event->opens != 0)
+		outbox_warmup_produced(rd_kafka_topic_opaque(rkt), event);
 	return true;
 }
 

@@ -36,6 +36,12 @@ extern void outbox_producer_destroy(OutboxProducer *producer);
 extern bool outbox_producer_outdated(OutboxProducer *producer);
 
 /*
+ * Whether an event may be produced now: not while its partition waits for
+ * this producer's first acknowledgement (partition_warmup.c).
+ */
+extern bool outbox_producer_admits(OutboxProducer *producer, OutboxEvent *event);
+
+/*
  * Hands one event to librdkafka; its delivery report writes the event's
  * outcome. Returns false if it was refused at once (the outcome is
  * written already). The record's memory must live until the report was

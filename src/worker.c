@@ -70,6 +70,9 @@
 /* Exactly-once: a commit or abort that timed out is called again after. */
 #define TXN_RETRY_MS 20
 
+/* How often a read held back for a partition's first report comes again. */
+#define WARMUP_RETRY_MS 100
+
 /*
  * What the pipeline does, written once in worker_mode():
  *
@@ -127,6 +130,10 @@ typedef struct WorkerState
 	bool		read_wanted;	/* a commit woke us, or a read stopped at a limit */
 	bool		solo_pending;	/* an event goes alone: read nothing more
 								 * until the window is empty (solo.c) */
+	bool		warming_up;		/* a read held events back for their
+								 * partition's first acknowledgement */
+	bool		warmup_reported;	/* a report came since */
+	TimestampTz warmup_retry_at;	/* when to read without one */
 	TimestampTz next_read_at;	/* read then even if no commit wakes us */
 	int			pass_failures;	/* passes in a row that raised an error */
 	int			kafka_failures; /* drains in a row Kafka took nothing of */
@@ -397,6 +404,8 @@ serve_reports(WorkerState *st)
 		return;
 	outbox_producer_serve(st->producer, &reports);
 	outbox_window_reported(st->window, &reports);
+	if (reports.delivered + reports.failed > 0)
+		st->warmup_reported = true;
 	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
 		start_rewind(st);
 	if (!st->rebuild_producer &&
@@ -640,12 +649,37 @@ waiting_for_solo(WorkerState *st)
 	return st->solo_pending;
 }
 
-/* Produces a read in id order; a key refused at once holds its rest. */
+/*
+ * A read held events back for their partition's first acknowledgement
+ * (partition_warmup.c): the next read waits until the settle took them out
+ * of the window (a read before would not see them, and could send their
+ * keys' later events first), and until a report came or a while passed (a
+ * partition whose first report does not come holds back nothing else).
+ */
+static bool
+waiting_for_warmup(WorkerState *st)
+{
+	TimestampTz since;
+
+	if (!st->warming_up)
+		return false;
+	if (outbox_window_unsettled(st->window, &since) > 0 ||
+		(!st->warmup_reported && GetCurrentTimestamp() < st->warmup_retry_at))
+		return true;
+	st->warming_up = false;
+	st->read_wanted = true;
+	return false;
+}
+
+/*
+ * Produces a read in id order; a key refused at once, or waiting for its
+ * partition's first acknowledgement, holds its rest.
+ */
 static void
 produce_batch(WorkerState *st, OutboxBatch *batch)
 {
-	int		   *refused = palloc(sizeof(int) * Max(batch->nevents, 1));
-	int			nrefused = 0;
+	int		   *holding = palloc(sizeof(int) * Max(batch->nevents, 1));
+	int			nholding = 0;
 
 	for (int i = 0; i < batch->nevents; i++)
 	{
@@ -653,19 +687,25 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		OutboxRecord record;
 		bool		held = false;
 
-		for (int r = 0; r < nrefused && !held; r++)
-			held = outbox_event_same_key(&batch->events[refused[r]], event);
+		for (int r = 0; r < nholding && !held; r++)
+			held = outbox_event_same_key(&batch->events[holding[r]], event);
 		if (held)
 			continue;
 		if (stops_for_solo(st, event))
 			break;
+		if (!outbox_producer_admits(st->producer, event))
+		{
+			holding[nholding++] = i;
+			st->warming_up = true;
+			continue;
+		}
 
 		outbox_message_build(event, batch->instance, &record);
 		if (outbox_producer_produce(st->producer, event, &record))
 			outbox_window_produced(st->window, event);
 		else
 		{
-			refused[nrefused++] = i;
+			holding[nholding++] = i;
 			outbox_window_refused(st->window, event);
 		}
 		if (event->alone)
@@ -765,6 +805,11 @@ read_and_produce(WorkerState *st)
 	outbox_txn_produced(st->txn, st->producer, batch);
 	MemoryContextSwitchTo(old);
 	take_in_read(st, batch);
+	if (st->warming_up)
+	{
+		st->warmup_reported = false;
+		st->warmup_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), WARMUP_RETRY_MS);
+	}
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -944,9 +989,9 @@ deliver(WorkerState *st)
 					(errmsg("%s: adopted %d event(s) of removed shards", worker_name, adopted)));
 		st->adopted_orphans = true;
 	}
-	/* (a report wakes the worker when a solo event may go) */
+	/* (a report wakes the worker when a solo or held-back event may go) */
 	if ((st->read_wanted || GetCurrentTimestamp() >= st->next_read_at) &&
-		!waiting_for_solo(st))
+		!waiting_for_solo(st) && !waiting_for_warmup(st))
 	{
 		if (may_read(st))
 			read_and_produce(st);
@@ -1082,7 +1127,10 @@ idle_ms(WorkerState *st)
 		ms = Min(ms, ms_until(st->stop_deadline));
 	if (may_produce(st))
 	{
-		if (!waiting_for_solo(st) && outbox_window_room(st->window, &bytes) > 0)
+		if (st->warming_up && !st->warmup_reported)
+			ms = Min(ms, ms_until(st->warmup_retry_at));
+		if (!waiting_for_solo(st) && !waiting_for_warmup(st) &&
+			outbox_window_room(st->window, &bytes) > 0)
 			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
 		if (outbox_window_unsettled(st->window, &since) > 0)
 			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
