@@ -23,11 +23,11 @@
  * the last progress record names, and a transaction holds what one read
  * found after the last commit, or the reads of a drain (at most
  * outbox.window_size events, and MAX_TRANSACTION_EVENTS and a read).
- * The record closes with the events, not after their reports, so that
- * librdkafka adds the progress topic's partition to the transaction with
- * the events' partitions and the record travels with them: its own
- * AddPartitionsToTxn and produce round trips would come on top of every
- * commit's.
+ * The record goes out right after the events, not once their reports are
+ * in, so that librdkafka adds the progress topic's partition to the
+ * transaction with the events' partitions and the record travels with
+ * them: its own AddPartitionsToTxn and produce round trips would come on
+ * top of every commit's.
  *
  *   NEED_INIT --init_transactions--> RECOVER --last record settled--> READY
  *   READY --begin--> OPEN --short or full read, or all acknowledged:
