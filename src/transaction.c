@@ -12,18 +12,27 @@
  * The worker calls in at a few points (worker.c): before a read (ready),
  * around the produce of a read (begin, produced), once every report is in
  * (finish: close, commit or abort), when it settles, and when its
- * producer goes. A transaction takes in reads while what it produced is
- * not all acknowledged (as the window would), and closes once it is: its
- * progress record, naming every event it delivered, is produced, then the
- * transaction committed, then the window settled; only then does a new one
+ * producer goes. A transaction closes, its progress record naming every
+ * event it carries produced right after them, at its first short read
+ * (the backlog is drained) or once it reaches MAX_TRANSACTION_EVENTS; a
+ * drain's full reads accumulate in it until then, and in any case it
+ * takes no read once what it produced is all acknowledged (the record
+ * then names what was delivered). It commits once every report is in and
+ * none failed, then the window is settled; only then does a new one
  * begin. So at most one committed transaction is ever unsettled, the one
- * the last progress record names, and a transaction is as large as what
- * was produced during one acknowledgement round trip (at most
+ * the last progress record names, and a transaction holds what one read
+ * found after the last commit, or the reads of a drain (at most
  * outbox.window_size events, and MAX_TRANSACTION_EVENTS and a read).
+ * The record goes out right after the events, not once their reports are
+ * in, so that librdkafka adds the progress topic's partition to the
+ * transaction with the events' partitions and the record travels with
+ * them: its own AddPartitionsToTxn and produce round trips would come on
+ * top of every commit's.
  *
  *   NEED_INIT --init_transactions--> RECOVER --last record settled--> READY
- *   READY --begin--> OPEN --all acknowledged: progress record, then
- *       commit--> COMMITTED --settled--> READY
+ *   READY --begin--> OPEN --short or full read, or all acknowledged:
+ *       progress record; all acknowledged: commit--> COMMITTED
+ *       --settled--> READY
  *   OPEN --a failure: abort--> READY (the window reads the events again)
  *   OPEN --commit's outcome unknown, or fenced--> LOST --producer
  *       rebuilt--> NEED_INIT
@@ -97,6 +106,11 @@ struct OutboxTxn
 	int			events;			/* in the open transaction */
 	TimestampTz opened_at;
 	char		instance[64];	/* outbox_instance of its reads (the record's) */
+	/* what the open transaction produced, for a record before the reports */
+	int64	   *ids;
+	int			nids;
+	int			ids_cap;
+	Oid			extension;		/* of its reads, InvalidOid if they differ */
 };
 
 static void publish(OutboxTxn *txn, bool transactional);
@@ -264,6 +278,8 @@ outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer)
 	txn->closing = false;
 	txn->progress_failed = false;
 	txn->waiting = false;
+	txn->nids = 0;
+	txn->extension = InvalidOid;
 }
 
 /* An abort, a few short calls; false if the producer failed meanwhile. */
@@ -293,38 +309,6 @@ abort_transaction(OutboxTxn *txn, rd_kafka_t *rk)
 	return TXN_LOST_OUTCOME;
 }
 
-void
-outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
-{
-	int			n = 0;
-
-	if (!outbox_producer_transactional(producer) || txn->state != TS_OPEN)
-		return;
-	for (int i = 0; i < batch->nevents; i++)
-		if (batch->events[i].outcome == EVENT_IN_FLIGHT)
-			n++;
-	txn->events += n;
-	strlcpy(txn->instance, batch->instance, sizeof(txn->instance));
-	/*
-	 * Nothing went out: no transaction to commit. An abort that must be
-	 * called again is finish's (the refused events abort it there; with
-	 * none, it commits an empty progress record).
-	 */
-	if (txn->events == 0)
-	{
-		(void) abort_transaction(txn, outbox_producer_handle(producer));
-		return;
-	}
-	publish(txn, true);
-	if (n > 0)
-		pause_at(txn, OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce");
-}
-
-/*
- * Everything produced is acknowledged: the transaction takes no more
- * reads, and its progress record goes out, naming every event it
- * delivered.
- */
 static int
 compare_id(const void *a, const void *b)
 {
@@ -346,20 +330,22 @@ delivered_ids(OutboxWindow *window, int64 **ids, Oid *extension)
 	for (int i = 0; i < nevents; i++)
 		if (events[i]->outcome == EVENT_DELIVERED)
 			(*ids)[n++] = events[i]->id;
-	/* a read may start below an earlier one's events (the read floor) */
-	qsort(*ids, n, sizeof(int64), compare_id);
 	return n;
 }
 
+/*
+ * The transaction takes no more reads: its progress record goes out,
+ * naming ids, the events it carries (a read may start below an earlier
+ * one's events, the read floor: sorted here).
+ */
 static void
-close_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window)
+close_transaction(OutboxTxn *txn, OutboxProducer *producer, Oid extension, int64 *ids, int n)
 {
-	int64	   *ids;
-	Oid			extension;
-	int			n = delivered_ids(window, &ids, &extension);
-	char	   *record = outbox_progress_encode(txn->instance, extension, ids, n);
+	char	   *record;
 	const char *error = NULL;
 
+	qsort(ids, n, sizeof(int64), compare_id);
+	record = outbox_progress_encode(txn->instance, extension, ids, n);
 	txn->closing = true;
 	txn->events = n;
 	if (!outbox_producer_produce_progress(producer, outbox_progress_topic, txn->partition,
@@ -370,6 +356,86 @@ close_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window
 				(errmsg("%s: the progress record was refused, the transaction is aborted: %s",
 						txn->who, error)));
 	}
+}
+
+/*
+ * Keeps the ids of what a read produced; returns how many. Some may be
+ * delivered already: a full librdkafka queue makes the produce serve
+ * reports. (One that failed aborts the transaction: named or not.)
+ */
+static int
+remember_produced(OutboxTxn *txn, OutboxBatch *batch)
+{
+	int			n = 0;
+
+	if (txn->nids == 0 && txn->events == 0)
+		txn->extension = batch->extension_oid;
+	else if (txn->extension != batch->extension_oid)
+		txn->extension = InvalidOid;
+	for (int i = 0; i < batch->nevents; i++)
+	{
+		EventOutcome outcome = batch->events[i].outcome;
+
+		if (outcome != EVENT_IN_FLIGHT && outcome != EVENT_DELIVERED)
+			continue;
+		if (txn->nids == txn->ids_cap)
+		{
+			txn->ids_cap = Max(2 * txn->ids_cap, 1024);
+			txn->ids = txn->ids == NULL ?
+				MemoryContextAlloc(TopMemoryContext, sizeof(int64) * txn->ids_cap) :
+				repalloc(txn->ids, sizeof(int64) * txn->ids_cap);
+		}
+		txn->ids[txn->nids++] = batch->events[i].id;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Whether the transaction closes as soon as its last read is produced: a
+ * short read (the backlog is drained: what is committed next waits for
+ * this commit anyway), or one that filled it. Its record then travels
+ * with the events (librdkafka adds the progress topic's partition to the
+ * transaction with theirs, in one request), instead of two more round
+ * trips once every report is in. A drain's full reads keep accumulating.
+ * The commit still waits for every report (finish); a failed event still
+ * aborts it.
+ */
+static bool
+closes_now(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
+{
+	if (batch->more && txn->events < MAX_TRANSACTION_EVENTS)
+		return false;
+	return txn->extension != InvalidOid &&
+		rd_kafka_fatal_error(outbox_producer_handle(producer), NULL, 0) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void
+outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
+{
+	int			n;
+
+	if (!outbox_producer_transactional(producer) || txn->state != TS_OPEN)
+		return;
+	n = remember_produced(txn, batch);
+	txn->events += n;
+	strlcpy(txn->instance, batch->instance, sizeof(txn->instance));
+	/*
+	 * Nothing went out: no transaction to commit. An abort that must be
+	 * called again is finish's (the refused events abort it there; with
+	 * none, it commits an empty progress record).
+	 */
+	if (txn->events == 0)
+	{
+		(void) abort_transaction(txn, outbox_producer_handle(producer));
+		return;
+	}
+	if (closes_now(txn, producer, batch))
+		close_transaction(txn, producer, txn->extension, txn->ids, txn->nids);
+	publish(txn, true);
+	if (n > 0)
+		pause_at(txn, OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce");
 }
 
 static TxnOutcome
@@ -440,9 +506,16 @@ outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window
 	if (txn->state != TS_OPEN || outbox_window_in_flight(window) > 0)
 		return TXN_NOTHING;
 	rk = outbox_producer_handle(producer);
+	/* everything it produced is acknowledged: no more reads */
 	if (!txn->closing && failed == 0 &&
 		rd_kafka_fatal_error(rk, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
-		close_transaction(txn, producer, window);
+	{
+		int64	   *ids;
+		Oid			extension;
+		int			n = delivered_ids(window, &ids, &extension);
+
+		close_transaction(txn, producer, extension, ids, n);
+	}
 	progress = outbox_producer_progress(producer);
 	if (txn->closing && !txn->progress_failed && !progress->reported)
 		return TXN_NOTHING;

@@ -1,8 +1,8 @@
 /*
  * transaction.h
- *		Exactly-once delivery: Kafka transactions of what is produced until
- *		all of it is acknowledged, each with its progress record, settled
- *		only once committed (transaction.c).
+ *		Exactly-once delivery: Kafka transactions of what the reads found
+ *		until one comes back short (or all of it is acknowledged), each with
+ *		its progress record, settled only once committed (transaction.c).
  *		Every call is a no-op for a producer that is not transactional.
  */
 #ifndef OUTBOX_TRANSACTION_H
@@ -32,13 +32,17 @@ extern OutboxTxn *outbox_txn_create(int shard, const char *who);
  */
 extern bool outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool window_empty);
 
-/* Around the produce of a read. */
+/*
+ * Around the produce of a read; after a short read (or a full
+ * transaction), produced closes it: the progress record goes out at once.
+ */
 extern void outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer);
 extern void outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch);
 
 /*
  * Once every report of the window is in: close the transaction (its
- * progress record), then commit it; abort it if an event failed.
+ * progress record) if the last read did not, then commit it; abort it if
+ * an event failed.
  */
 extern TxnOutcome outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer,
 									OutboxWindow *window);
