@@ -38,6 +38,7 @@ struct PartitionWarmup
 	bool		opening_topic;	/* a keyed event in flight, sent before the
 								 * count was known */
 	int32		warmed_untracked;	/* acknowledged beyond nstates, -1: none */
+	int			nwarm;			/* states that are PARTITION_WARM */
 };
 
 /* librdkafka's partitioner: records the count, then maps as before. */
@@ -66,6 +67,14 @@ outbox_warmup_create(MemoryContext context, rd_kafka_t *rk, rd_kafka_topic_conf_
 	return warmup;
 }
 
+static void
+mark_warm(PartitionWarmup *warmup, int32 partition)
+{
+	if (warmup->states[partition] != PARTITION_WARM)
+		warmup->nwarm++;
+	warmup->states[partition] = PARTITION_WARM;
+}
+
 /* States for n partitions: a topic's partitions may grow in number. */
 static void
 track_partitions(PartitionWarmup *warmup, int n)
@@ -88,8 +97,8 @@ outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt, Outbo
 	int			n = (int) pg_atomic_read_u32(&warmup->partitions);
 	int32		partition;
 
-	event->opens = 0;
-	if (event->key_isnull)
+	/* every partition warm: nothing to map (the usual case, once started) */
+	if (event->key_isnull || (n > 0 && warmup->nwarm == n))
 		return true;
 	/* where the topic's opener went is not known before its report */
 	if (warmup->opening_topic)
@@ -101,7 +110,7 @@ outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt, Outbo
 	}
 	track_partitions(warmup, n);
 	if (warmup->warmed_untracked >= 0 && warmup->warmed_untracked < n)
-		warmup->states[warmup->warmed_untracked] = PARTITION_WARM;
+		mark_warm(warmup, warmup->warmed_untracked);
 	warmup->warmed_untracked = -1;
 	partition = rd_kafka_msg_partitioner_murmur2_random(rkt, event->key, event->keylen, n,
 														NULL, NULL);
@@ -144,7 +153,7 @@ outbox_warmup_reported(PartitionWarmup *warmup, const OutboxEvent *event,
 	if (!delivered || partition < 0)
 		return;
 	if (partition < warmup->nstates)
-		warmup->states[partition] = PARTITION_WARM;
+		mark_warm(warmup, partition);
 	else
 		warmup->warmed_untracked = partition;
 }

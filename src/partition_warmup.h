@@ -25,6 +25,7 @@ extern PartitionWarmup *outbox_warmup_create(MemoryContext context, rd_kafka_t *
 /*
  * Whether the event may be produced now; if it opens a partition, the
  * event says which (outbox_warmup_produced marks it open once produced).
+ * The caller sets event->opens to 0 first.
  */
 extern bool outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt,
 								 OutboxEvent *event);

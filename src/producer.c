@@ -752,32 +752,25 @@ describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *r
 }
 
 /*
- * Whether the event may go now: false while its partition waits for this
- * producer's first acknowledgement there (partition_warmup.c). Topics
- * produced to by name have no such wait.
+ * Hands one event to librdkafka, unless its partition waits for this
+ * producer's first acknowledgement there (partition_warmup.c; topics
+ * produced to by name have no such wait). PRODUCE_REFUSED: refused at once
+ * (the outcome is recorded on the event). Either way short of PRODUCED the
+ * caller must hold back the rest of its key. The value is not copied: it
+ * must stay valid until the event's delivery report was served or the
+ * producer destroyed.
  */
-bool
-outbox_producer_admits(OutboxProducer *producer, OutboxEvent *event)
-{
-	rd_kafka_topic_t *rkt = topic_handle(producer, event->topic);
-	PartitionWarmup *warmup = rkt == NULL ? NULL : rd_kafka_topic_opaque(rkt);
-
-	event->opens = 0;
-	return warmup == NULL || outbox_warmup_admits(warmup, rkt, event);
-}
-
-/*
- * Hands one event to librdkafka. Returns false if it was refused at once
- * (the outcome is recorded on the event): the caller must then hold back
- * the rest of its key. The value is not copied: it must stay valid until
- * the event's delivery report was served or the producer destroyed.
- */
-bool
+ProduceResult
 outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 						const OutboxRecord *record)
 {
 	rd_kafka_topic_t *rkt = topic_handle(producer, record->topic);
+	PartitionWarmup *warmup = rkt == NULL ? NULL : rd_kafka_topic_opaque(rkt);
 	rd_kafka_resp_err_t err;
+
+	event->opens = 0;
+	if (warmup != NULL && !outbox_warmup_admits(warmup, rkt, event))
+		return PRODUCE_HELD;
 
 	for (;;)
 	{
@@ -795,7 +788,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		{
 			record_outcome(event, err);
-			return false;
+			return PRODUCE_REFUSED;
 		}
 		/* a stopping worker produces nothing more; the event stays */
 		CHECK_FOR_INTERRUPTS();
@@ -803,7 +796,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		{
 			event->outcome = EVENT_FAILED_RETRIABLE;
 			event->error = "the worker is stopping";
-			return false;
+			return PRODUCE_REFUSED;
 		}
 		/* librdkafka's queue is full: let deliveries drain it */
 		rd_kafka_poll(producer->rk, 10);
@@ -811,9 +804,9 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 	event->outcome = EVENT_IN_FLIGHT;
 	event->produced_at = GetCurrentTimestamp();
 	producer->in_flight++;
-	if (rkt != NULL && event->opens != 0)
-		outbox_warmup_produced(rd_kafka_topic_opaque(rkt), event);
-	return true;
+	if (event->opens != 0)
+		outbox_warmup_produced(warmup, event);
+	return PRODUCED;
 }
 
 static void

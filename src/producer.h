@@ -35,20 +35,21 @@ extern void outbox_producer_destroy(OutboxProducer *producer);
  */
 extern bool outbox_producer_outdated(OutboxProducer *producer);
 
-/*
- * Whether an event may be produced now: not while its partition waits for
- * this producer's first acknowledgement (partition_warmup.c).
- */
-extern bool outbox_producer_admits(OutboxProducer *producer, OutboxEvent *event);
+typedef enum ProduceResult
+{
+	PRODUCED,
+	PRODUCE_REFUSED,			/* at once: the outcome is on the event */
+	PRODUCE_HELD				/* its partition waits for a first report */
+} ProduceResult;
 
 /*
  * Hands one event to librdkafka; its delivery report writes the event's
- * outcome. Returns false if it was refused at once (the outcome is
- * written already). The record's memory must live until the report was
- * served or the producer destroyed.
+ * outcome. Short of PRODUCED, the rest of its key is to be held back. The
+ * record's memory must live until the report was served or the producer
+ * destroyed.
  */
-extern bool outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
-									const OutboxRecord *record);
+extern ProduceResult outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
+											 const OutboxRecord *record);
 
 /* Serves what librdkafka has for us, without waiting; adds to *reports. */
 extern void outbox_producer_serve(OutboxProducer *producer, OutboxReports *reports);

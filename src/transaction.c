@@ -368,7 +368,7 @@ remember_produced(OutboxTxn *txn, OutboxBatch *batch)
 {
 	int			n = 0;
 
-	if (txn->nids == 0 && txn->events == 0)
+	if (txn->nids == 0)
 		txn->extension = batch->extension_oid;
 	else if (txn->extension != batch->extension_oid)
 		txn->extension = InvalidOid;

@@ -693,20 +693,21 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 			continue;
 		if (stops_for_solo(st, event))
 			break;
-		if (!outbox_producer_admits(st->producer, event))
-		{
-			holding[nholding++] = i;
-			st->warming_up = true;
-			continue;
-		}
 
 		outbox_message_build(event, batch->instance, &record);
-		if (outbox_producer_produce(st->producer, event, &record))
-			outbox_window_produced(st->window, event);
-		else
+		switch (outbox_producer_produce(st->producer, event, &record))
 		{
-			holding[nholding++] = i;
-			outbox_window_refused(st->window, event);
+			case PRODUCED:
+				outbox_window_produced(st->window, event);
+				break;
+			case PRODUCE_HELD:
+				holding[nholding++] = i;
+				st->warming_up = true;
+				break;
+			case PRODUCE_REFUSED:
+				holding[nholding++] = i;
+				outbox_window_refused(st->window, event);
+				break;
 		}
 		if (event->alone)
 			break;
