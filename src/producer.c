@@ -62,6 +62,9 @@ typedef struct ConfBuild
  */
 #define LIBRDKAFKA_TIMEOUT_MARGIN_MS 2000
 
+/* How long a probe for a broker blocks the worker at most. */
+#define PROBE_WAIT_MS 1
+
 struct OutboxProducer
 {
 	rd_kafka_t *rk;
@@ -970,6 +973,24 @@ bool
 outbox_producer_kafka_down(OutboxProducer *producer)
 {
 	return outbox_kafka_stats_down(producer->kafka);
+}
+
+/*
+ * librdkafka connects only to the brokers it needs (sparse connections):
+ * a producer with nothing to send whose brokers all went down may stay
+ * unconnected long after they are back (31 s seen with librdkafka 2.14,
+ * t/060), and its statistics keep saying Kafka is down. A metadata
+ * request that waits for nothing makes librdkafka connect to a broker
+ * when none is up; its answer is not needed.
+ */
+void
+outbox_producer_probe(OutboxProducer *producer)
+{
+	const struct rd_kafka_metadata *metadata = NULL;
+
+	if (rd_kafka_metadata(producer->rk, 0, NULL, &metadata, PROBE_WAIT_MS) ==
+		RD_KAFKA_RESP_ERR_NO_ERROR)
+		rd_kafka_metadata_destroy(metadata);
 }
 
 /* Publishes what the statistics since the last look say (kafka_stats.c). */

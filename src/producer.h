@@ -82,6 +82,12 @@ extern void outbox_producer_report_state(OutboxProducer *producer);
 extern bool outbox_producer_kafka_down(OutboxProducer *producer);
 extern void outbox_producer_publish_brokers(OutboxProducer *producer);
 
+/*
+ * Makes a producer that has nothing to send connect to some broker, so
+ * that its statistics tell whether Kafka came back (producer.c says why).
+ */
+extern void outbox_producer_probe(OutboxProducer *producer);
+
 /* Exactly-once (transaction.c): the transactional producer's extras. */
 struct rd_kafka_s;
 extern void outbox_producer_set_transactional_id(const char *id);

@@ -923,6 +923,9 @@ look_around(WorkerState *st)
 	{
 		outbox_producer_report_state(st->producer);
 		outbox_producer_publish_brokers(st->producer);
+		/* nothing in flight would make librdkafka reconnect */
+		if (outbox_producer_kafka_down(st->producer) && outbox_window_is_empty(st->window))
+			outbox_producer_probe(st->producer);
 	}
 	look_at_lag(st);
 }

@@ -92,8 +92,11 @@ $t0 = time;
 $broker->command('up all');
 ok(wait_for_empty($node, 30), 'the event sent during the outage is delivered');
 ok(wait_query($node, 'postgres',
-		q{SELECT bool_and(state IN ('idle', 'delivering')) FROM outbox_status}, 30),
-	'both shards are idle or delivering again');
+		q{SELECT bool_and(state IN ('idle', 'delivering')) FROM outbox_status}, 10),
+	'both shards are idle or delivering again')
+  or diag('status: ' . sql(q{SELECT string_agg(format('%s %s %s', shard, state, last_error), '; ')
+	FROM outbox_status}) . ' brokers: ' . sql(q{SELECT string_agg(format('%s %s %s', shard, broker,
+	state), '; ') FROM outbox_kafka_brokers}));
 diag(sprintf('FIGURES status outage: waiting_for_kafka after %.1f s, delivering again after %.1f s',
 		$after, time - $t0));
 
