@@ -97,6 +97,7 @@ static const char *const state_names[] = {
 	[SHARD_BACKING_OFF] = "backing_off",
 	[SHARD_PAUSED] = "paused",
 	[SHARD_RECOVERY] = "recovery",
+	[SHARD_SUPERSEDED] = "superseded",
 	[SHARD_NO_EXTENSION] = "no_extension",
 	[SHARD_STOPPED] = "stopped",
 };

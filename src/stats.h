@@ -12,7 +12,7 @@
 
 /*
  * What outbox_status.state says. A running worker publishes what it is
- * doing (the first five after STARTING); whether one runs, is starting or
+ * doing (IDLE to SUPERSEDED); whether one runs, is starting or
  * is gone, and why, the worker slots say (slots.c).
  */
 typedef enum OutboxShardState
@@ -24,6 +24,7 @@ typedef enum OutboxShardState
 	SHARD_BACKING_OFF,
 	SHARD_PAUSED,
 	SHARD_RECOVERY,
+	SHARD_SUPERSEDED,
 	SHARD_NO_EXTENSION,
 	SHARD_STOPPED
 } OutboxShardState;

@@ -51,6 +51,12 @@ extern bool outbox_txn_progress_failed(OutboxTxn *txn);
 /* Whether the window may be settled: no transaction open. */
 extern bool outbox_txn_may_settle(OutboxTxn *txn);
 
+/*
+ * A later timeline's progress record was found: another server delivers
+ * this shard, this one delivers nothing.
+ */
+extern bool outbox_txn_superseded(OutboxTxn *txn);
+
 /* A commit or abort is to be called again soon. */
 extern bool outbox_txn_waiting(OutboxTxn *txn);
 

@@ -840,6 +840,8 @@ publish_state(WorkerState *st)
 		state = SHARD_PAUSED;
 	else if (RecoveryInProgress())
 		state = SHARD_RECOVERY;
+	else if (outbox_txn_superseded(st->txn))
+		state = SHARD_SUPERSEDED;
 	else
 		state = kafka_state(st, SHARD_IDLE);
 	outbox_stats_set_state(state);

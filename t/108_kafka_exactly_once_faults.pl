@@ -12,7 +12,14 @@
 #      (SIGCONT), cannot commit, finds the later timeline's record and
 #      delivers nothing more;
 #  (d) (run after (b), on its server) the whole cluster down, every broker
-#      killed, for 15 s while the application keeps committing, then back.
+#      killed, for 15 s while the application keeps committing, then back;
+#  (e) (on the same server) the transaction coordinator's broker killed
+#      while the worker holds a closed transaction, right before it asks
+#      for the commit: the commit goes to a broker that is gone;
+#  (f) failover to an asynchronous standby that stopped receiving after an
+#      earlier transaction's events and the last one's: the last committed
+#      transaction is settled from the progress record, the earlier one,
+#      settled only on the old primary, is sent again (the stated bound).
 # A read_committed consumer (kcat) checks each: every committed event
 # once, none rolled back, per-key order.
 use strict;
@@ -145,16 +152,69 @@ diag(sprintf('FIGURES exactly_once_cluster_down: events=%d down_s=%.1f pending_a
 		  . ' recover_s=%.1f duplicates=%d lost=%d order_violations=%d',
 		scalar @$down_events, $down_s, $pending, $recover_s, $outage->{duplicates},
 		$outage->{lost}, $outage->{violations}));
+
+# ---- (e) the coordinator's broker dies while a commit waits -----------------
+
+# The worker stops right before it asks for a commit; the coordinator's
+# broker is killed, then the worker asks: the commit goes to a coordinator
+# that is gone, librdkafka finds the new one, and the outcome, whichever it
+# is, must leave every event delivered once.
+$cluster->create_topic('eos_commit', partitions => 3);
+ok($cluster->wait_topic('__transaction_state', 2, 60), '(e) the coordinators are elected');
+# The topic's partitions first acknowledge an event each (a producer's
+# first keyed event to a partition goes alone, src/partition_warmup.c),
+# then a backlog, so that the transaction in the commit carries a read.
+wait_load(start_load($node, sessions => 1, per_session => 30, keys => 5, topic => 'eos_commit',
+	first_session => 40));
+ok(wait_for_empty($node, 60), '(e) a first load is delivered');
+sql('ALTER SYSTEM SET outbox.enabled = off');
+$node->reload;
+wait_load(start_load($node, sessions => 2, per_session => 100, keys => 5, topic => 'eos_commit',
+	first_session => 41));
+my $e_offset = -s $node->logfile;
+sql("ALTER SYSTEM SET outbox.test_pause_at = 'before_commit'");
+sql('ALTER SYSTEM RESET outbox.enabled');
+$node->reload;
+my $e_events = 0;
+ok(wait_until(60, sub {
+	log_since($node, $e_offset) =~ /test pause before_commit \(pid \d+, (\d+) event/ or return 0;
+	$e_events = $1;
+}), '(e) a worker waits before its commit');
+my $e_coordinator = $cluster->leader_of('__transaction_state', (java_hash($txn_id) & 0x7fffffff) % 3);
+ok($e_coordinator > 0, "(e) the coordinator is broker $e_coordinator");
+$cluster->kill_broker($e_coordinator);
+my $e_killed = time;
+sql('ALTER SYSTEM RESET outbox.test_pause_at');
+$node->reload;
+sleep 4;
+$cluster->start_broker($e_coordinator);
+ok(wait_for_empty($node, 180), '(e) the outbox drains after the commit met a dead coordinator');
+my $e_drained = time - $e_killed;
+my $commit_fault = check_delivery('exactly_once coordinator gone at the commit', committed_of($node, 40, 42),
+	consume($cluster, 'eos_commit', undef, 'read_committed'));
+is($commit_fault->{duplicates}, 0, '(e) no duplicate after the commit met a dead coordinator');
+diag(sprintf('FIGURES exactly_once_commit_coordinator_killed: events_in_commit=%d drained_s=%.1f'
+		  . ' duplicates=%d lost=%d order_violations=%d',
+		$e_events, $e_drained, $commit_fault->{duplicates}, $commit_fault->{lost},
+		$commit_fault->{violations}));
 $node->stop;
 
 # ---- (c) failover with a zombie worker ----------------------------------------
 
-my $primary = new_outbox_node('eos_primary', $cluster, shards => 1, allows_streaming => 1,
-	conf => $eos_conf);
-$primary->backup('b');
-my $standby = PostgreSQL::Test::Cluster->new('eos_standby');
-$standby->init_from_backup($primary, 'b', has_streaming => 1);
-$standby->start;
+# A primary delivering exactly once and a streaming standby of it.
+sub primary_and_standby
+{
+	my ($name) = @_;
+	my $p = new_outbox_node("${name}_primary", $cluster, shards => 1, allows_streaming => 1,
+		conf => $eos_conf);
+	$p->backup("${name}_backup");
+	my $s = PostgreSQL::Test::Cluster->new("${name}_standby");
+	$s->init_from_backup($p, "${name}_backup", has_streaming => 1);
+	$s->start;
+	return ($p, $s);
+}
+
+my ($primary, $standby) = primary_and_standby('eos');
 $primary->append_conf('postgresql.conf', "synchronous_standby_names = 'eos_standby'\n");
 $primary->reload;
 ok($primary->poll_query_until('postgres',
@@ -213,6 +273,9 @@ ok(kill('CONT', $zombie), '(c) SIGCONT of the old primary\'s worker');
 ok(wait_until(60, sub {
 	log_since($primary, $offset) =~ /a server on a later timeline delivers this shard/ }),
 	'(c) the old primary stops delivering: a later timeline wrote the last progress record');
+ok($primary->poll_query_until('postgres',
+	"SELECT state = 'superseded' FROM outbox_status WHERE shard = 0"),
+	'(c) the old primary\'s outbox_status says the shard is superseded');
 
 # and the new primary delivers its own events, once (its producer was
 # fenced by the zombie's new one)
@@ -232,5 +295,82 @@ diag(sprintf('FIGURES exactly_once_failover: unsettled_at_failover=%d settled_fr
 
 $primary->stop('immediate');
 $standby->stop;
+
+# ---- (f) failover to an asynchronous standby that missed a settle ---------------
+
+# The bound the docs state: the promoted standby settles the old primary's
+# last committed transaction from the progress record (none of it is sent
+# again), while an earlier transaction, committed in Kafka and settled on
+# the old primary after the standby stopped receiving, is sent again.
+$cluster->create_topic('failover_async', partitions => 3);
+my ($a_primary, $a_standby) = primary_and_standby('eos_async');
+sub a_sql { return $a_primary->safe_psql('postgres', $_[0]); }
+
+# Waits until the old primary's worker pauses at $gap; returns the events
+# its transaction holds there, undef if it did not pause.
+sub paused_at
+{
+	my ($gap, $offset) = @_;
+	my $events;
+	wait_until(60, sub {
+		log_since($a_primary, $offset) =~ /test pause $gap \(pid \d+, (\d+) event/ or return 0;
+		$events = $1;
+	});
+	return $events;
+}
+
+# T1: a backlog (after a first load, see (e)), committed in Kafka; the
+# worker waits before its settle
+wait_load(start_load($a_primary, sessions => 1, per_session => 30, keys => 5,
+	topic => 'failover_async', first_session => 50));
+ok(wait_for_empty($a_primary, 60), '(f) a first load is delivered');
+a_sql('ALTER SYSTEM SET outbox.enabled = off');
+$a_primary->reload;
+wait_load(start_load($a_primary, sessions => 1, per_session => 100, keys => 5,
+	topic => 'failover_async', first_session => 51));
+$offset = -s $a_primary->logfile;
+a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_commit'");
+a_sql('ALTER SYSTEM RESET outbox.enabled');
+$a_primary->reload;
+my $t1 = paused_at('after_commit', $offset);
+ok($t1, "(f) the old primary committed its first transaction in Kafka ($t1 events)");
+# T2's events reach the standby, then it stops receiving
+wait_load(start_load($a_primary, sessions => 1, per_session => 100, keys => 5,
+	topic => 'failover_async', first_session => 52));
+$a_primary->wait_for_catchup($a_standby);
+$a_standby->safe_psql('postgres', "ALTER SYSTEM SET primary_conninfo = ''");
+$a_standby->reload;
+ok($a_standby->poll_query_until('postgres', 'SELECT count(*) = 0 FROM pg_stat_wal_receiver'),
+	'(f) the standby stopped receiving');
+# T1 settled on the old primary only; T2 committed in Kafka, not settled
+$offset = -s $a_primary->logfile;
+a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_settle'");
+$a_primary->reload;
+ok(defined paused_at('after_settle', $offset), '(f) the old primary settled its first transaction');
+$offset = -s $a_primary->logfile;
+a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_commit'");
+$a_primary->reload;
+my $t2 = paused_at('after_commit', $offset);
+ok($t2, "(f) the old primary committed its second transaction in Kafka ($t2 events)");
+cmp_ok($a_standby->safe_psql('postgres', 'SELECT count(*) FROM outbox'), '>=', $t1 + $t2,
+	'(f) the standby still holds both transactions\' events');
+$a_primary->stop('immediate');
+
+$offset = -s $a_standby->logfile;
+$a_standby->promote;
+ok($a_standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'), '(f) the standby is promoted');
+ok(wait_for_empty($a_standby, 120), '(f) the new primary empties its outbox');
+my ($a_resettled) = log_since($a_standby, $offset)
+  =~ /settled (\d+) event\(s\) of its last committed Kafka transaction/;
+is($a_resettled // 0, $t2, '(f) the new primary settled the last transaction from the progress record');
+sleep 2;
+my $async = check_delivery('exactly_once failover to an asynchronous standby',
+	committed_events($a_standby), consume($cluster, 'failover_async', undef, 'read_committed'));
+is($async->{duplicates}, $t1,
+	'(f) exactly the earlier transaction, whose settle the standby missed, is sent again');
+diag(sprintf('FIGURES exactly_once_async_failover: settled_unreplicated=%d last_transaction=%d'
+		  . ' settled_from_progress=%d duplicates=%d lost=%d',
+		$t1, $t2, $a_resettled // 0, $async->{duplicates}, $async->{lost}));
+$a_standby->stop;
 $cluster->stop;
 done_testing();
