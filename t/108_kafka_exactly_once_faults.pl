@@ -50,6 +50,20 @@ outbox.max_attempts = 3
 my $node = new_outbox_node('eos_faults', $cluster, shards => 1, conf => $eos_conf);
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
+# Waits until a worker of $n pauses at $gap (outbox.test_pause_at) after
+# $offset of its log; returns the events its transaction holds there, undef
+# if it did not pause.
+sub paused_at
+{
+	my ($n, $gap, $offset) = @_;
+	my $events;
+	wait_until(60, sub {
+		log_since($n, $offset) =~ /test pause $gap \(pid \d+, (\d+) event/ or return 0;
+		$events = $1;
+	});
+	return $events;
+}
+
 # ---- (a) a poison event in the middle of a transaction ----------------------
 
 OutboxTest::create_sent_table($node);
@@ -175,11 +189,8 @@ my $e_offset = -s $node->logfile;
 sql("ALTER SYSTEM SET outbox.test_pause_at = 'before_commit'");
 sql('ALTER SYSTEM RESET outbox.enabled');
 $node->reload;
-my $e_events = 0;
-ok(wait_until(60, sub {
-	log_since($node, $e_offset) =~ /test pause before_commit \(pid \d+, (\d+) event/ or return 0;
-	$e_events = $1;
-}), '(e) a worker waits before its commit');
+my $e_events = paused_at($node, 'before_commit', $e_offset);
+ok(defined $e_events, '(e) a worker waits before its commit');
 my $e_coordinator = $cluster->leader_of('__transaction_state', (java_hash($txn_id) & 0x7fffffff) % 3);
 ok($e_coordinator > 0, "(e) the coordinator is broker $e_coordinator");
 $cluster->kill_broker($e_coordinator);
@@ -195,7 +206,7 @@ my $commit_fault = check_delivery('exactly_once coordinator gone at the commit',
 is($commit_fault->{duplicates}, 0, '(e) no duplicate after the commit met a dead coordinator');
 diag(sprintf('FIGURES exactly_once_commit_coordinator_killed: events_in_commit=%d drained_s=%.1f'
 		  . ' duplicates=%d lost=%d order_violations=%d',
-		$e_events, $e_drained, $commit_fault->{duplicates}, $commit_fault->{lost},
+		$e_events // 0, $e_drained, $commit_fault->{duplicates}, $commit_fault->{lost},
 		$commit_fault->{violations}));
 $node->stop;
 
@@ -306,19 +317,6 @@ $cluster->create_topic('failover_async', partitions => 3);
 my ($a_primary, $a_standby) = primary_and_standby('eos_async');
 sub a_sql { return $a_primary->safe_psql('postgres', $_[0]); }
 
-# Waits until the old primary's worker pauses at $gap; returns the events
-# its transaction holds there, undef if it did not pause.
-sub paused_at
-{
-	my ($gap, $offset) = @_;
-	my $events;
-	wait_until(60, sub {
-		log_since($a_primary, $offset) =~ /test pause $gap \(pid \d+, (\d+) event/ or return 0;
-		$events = $1;
-	});
-	return $events;
-}
-
 # T1: a backlog (after a first load, see (e)), committed in Kafka; the
 # worker waits before its settle
 wait_load(start_load($a_primary, sessions => 1, per_session => 30, keys => 5,
@@ -332,7 +330,7 @@ $offset = -s $a_primary->logfile;
 a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_commit'");
 a_sql('ALTER SYSTEM RESET outbox.enabled');
 $a_primary->reload;
-my $t1 = paused_at('after_commit', $offset);
+my $t1 = paused_at($a_primary, 'after_commit', $offset);
 ok($t1, "(f) the old primary committed its first transaction in Kafka ($t1 events)");
 # T2's events reach the standby, then it stops receiving
 wait_load(start_load($a_primary, sessions => 1, per_session => 100, keys => 5,
@@ -346,11 +344,11 @@ ok($a_standby->poll_query_until('postgres', 'SELECT count(*) = 0 FROM pg_stat_wa
 $offset = -s $a_primary->logfile;
 a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_settle'");
 $a_primary->reload;
-ok(defined paused_at('after_settle', $offset), '(f) the old primary settled its first transaction');
+ok(defined paused_at($a_primary, 'after_settle', $offset), '(f) the old primary settled its first transaction');
 $offset = -s $a_primary->logfile;
 a_sql("ALTER SYSTEM SET outbox.test_pause_at = 'after_commit'");
 $a_primary->reload;
-my $t2 = paused_at('after_commit', $offset);
+my $t2 = paused_at($a_primary, 'after_commit', $offset);
 ok($t2, "(f) the old primary committed its second transaction in Kafka ($t2 events)");
 cmp_ok($a_standby->safe_psql('postgres', 'SELECT count(*) FROM outbox'), '>=', $t1 + $t2,
 	'(f) the standby still holds both transactions\' events');
