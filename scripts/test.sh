@@ -19,11 +19,15 @@ if [ "${1:-}" = --pg ]; then
   shift 2
   [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
 elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
-  status=0
+  status=0; logs=$(mktemp -d); failed=()
   for major in 15 17 18; do
     log "PostgreSQL $major"
-    bash "$0" --pg "$major" || { status=1; echo "TESTS FAILED on PostgreSQL $major"; }
+    bash "$0" --pg "$major" 2>&1 | tee "$logs/$major.log" ||
+      { status=1; failed+=("$major"); echo "TESTS FAILED on PostgreSQL $major"; }
   done
+  # a failure early in a long run scrolls out of what a CI page shows
+  for major in "${failed[@]}"; do failure_digest "$major" "$logs/$major.log"; done
+  rm -rf "$logs"
   [ $status -eq 0 ] && echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
   exit $status
 fi
