@@ -36,6 +36,9 @@
  *   up <broker-id|all>            broker accepts connections again
  *   produce-errors <count> <err>  the next <count> Produce requests, on any
  *                                 broker, fail with <err>
+ *   request-errors <api-key> <count> <err>
+ *                                 the same for requests of a numeric API key
+ *                                 (11: JoinGroup, 10: FindCoordinator, ...)
  *   topic-error <topic> <err>     Metadata reports <err> for <topic>;
  *                                 NO_ERROR clears it
  *   create <topic> <partitions>   create a topic, replication factor min(N,3)
@@ -302,17 +305,19 @@ static void cmd_rtt(struct broker *b, char **args)
         reply_result(rd_kafka_mock_broker_set_rtt(b->mcluster, id, (int)ms));
 }
 
-static void cmd_produce_errors(struct broker *b, char **args)
+/* The next <count> requests of one API key fail with <err>. */
+static void push_errors(struct broker *b, int16_t api_key, const char *count,
+                        const char *error)
 {
     rd_kafka_resp_err_t err, *errs;
     long cnt;
 
-    if (!parse_long(args[0], 1, 1000000, &cnt)) {
-        reply("ERR bad count '%s' (1..1000000)", args[0]);
+    if (!parse_long(count, 1, 1000000, &cnt)) {
+        reply("ERR bad count '%s' (1..1000000)", count);
         return;
     }
-    if (!parse_error(args[1], &err)) {
-        reply("ERR unknown error '%s'", args[1]);
+    if (!parse_error(error, &err)) {
+        reply("ERR unknown error '%s'", error);
         return;
     }
     errs = malloc((size_t)cnt * sizeof(*errs));
@@ -322,10 +327,25 @@ static void cmd_produce_errors(struct broker *b, char **args)
     }
     for (long i = 0; i < cnt; i++)
         errs[i] = err;
-    rd_kafka_mock_push_request_errors_array(b->mcluster, KAFKA_API_PRODUCE,
+    rd_kafka_mock_push_request_errors_array(b->mcluster, api_key,
                                             (size_t)cnt, errs);
     free(errs);
     reply("OK");
+}
+
+static void cmd_produce_errors(struct broker *b, char **args)
+{
+    push_errors(b, KAFKA_API_PRODUCE, args[0], args[1]);
+}
+
+static void cmd_request_errors(struct broker *b, char **args)
+{
+    long api_key;
+
+    if (!parse_long(args[0], 0, INT16_MAX, &api_key))
+        reply("ERR bad API key '%s'", args[0]);
+    else
+        push_errors(b, (int16_t)api_key, args[1], args[2]);
 }
 
 static void cmd_topic_error(struct broker *b, char **args)
@@ -371,6 +391,8 @@ static const struct command commands[] = {
     {"up", 1, "up <broker-id|all>", cmd_up},
     {"produce-errors", 2, "produce-errors <count> <error>",
      cmd_produce_errors},
+    {"request-errors", 3, "request-errors <api-key> <count> <error>",
+     cmd_request_errors},
     {"topic-error", 2, "topic-error <topic> <error>", cmd_topic_error},
     {"create", 2, "create <topic> <partitions>", cmd_create},
     {"leader", 3, "leader <topic> <partition> <broker-id|-1>", cmd_leader},

@@ -10,7 +10,9 @@
 // once every partition reached the high watermark it had at the start: the
 // messages present at the start, no more. If no message arrives for idle_ms
 // (default 3000) after joining the group, it stops anyway and says on
-// stderr which partitions it did not finish.
+// stderr which partitions it did not finish. A consumer that crashes on a
+// retriable error (a fresh cluster's group coordinator still loading) is
+// started again for up to 30 s.
 //
 // Prints one JSON line per message to stdout, sorted by partition then
 // offset:
@@ -31,6 +33,8 @@ const { Kafka, logLevel } = require('kafkajs');
 const cloudevents = require('cloudevents');
 
 const HARD_TIMEOUT_MS = 90000;
+// how long a consumer that crashed on a retriable error is started again
+const RESTART_FOR_MS = 30000;
 
 function usage(message) {
   if (message) process.stderr.write(`consume.js: ${message}\n`);
@@ -107,10 +111,15 @@ async function main() {
   }
 
   const records = new Map(); // "partition:offset" -> record, once each
+  const restartUntil = Date.now() + RESTART_FOR_MS;
   if (target.size > 0) {
     const consumer = kafka.consumer({
       groupId: `pg-outbox-consume-js-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}`,
-      retry: { retries: 5, restartOnFailure: async () => false },
+      // kafkajs asks this only of a retriable crash (e.g. a fresh cluster's
+      // group coordinator still loading: one failed JoinGroup crashes it):
+      // start again, every partition read from its beginning, records kept
+      // once
+      retry: { retries: 5, restartOnFailure: async () => Date.now() < restartUntil },
       // a fetch waits at most this for new data: disconnect() waits for it
       maxWaitTimeInMs: 250,
     });
@@ -125,7 +134,10 @@ async function main() {
         }, idleMs);
       };
       consumer.on(consumer.events.GROUP_JOIN, armIdle);
-      consumer.on(consumer.events.CRASH, (e) => reject(e.payload.error));
+      consumer.on(consumer.events.CRASH, (e) => {
+        clearTimeout(idle);
+        if (!e.payload.restart) reject(e.payload.error);
+      });
       consumer.connect()
         .then(() => consumer.subscribe({ topics: [topic], fromBeginning: true }))
         .then(() => consumer.run({
