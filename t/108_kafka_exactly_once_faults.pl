@@ -124,7 +124,7 @@ for my $fault ([ 'leader', sub { $cluster->leader_of('faults', 0) } ],
 	ok($cluster->wait_topic('faults', 3, 60), "(b) $label: the broker is back in sync");
 }
 my $faults = check_delivery('exactly_once broker kills', committed_of($node, 11, 23),
-	consume($cluster, 'faults', undef, 'read_committed'), order_todo => 'a new producer id\'s first batch per partition may be reordered under a leader change (open bug)');
+	consume($cluster, 'faults', undef, 'read_committed'));
 is($faults->{duplicates}, 0, '(b) no duplicate after the leader and coordinator kills');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '1', '(b) no new dead letter');
 diag(sprintf('FIGURES exactly_once_broker_kills: leader_drained_s=%s coordinator_drained_s=%s duplicates=%d lost=%d order_violations=%d',
