@@ -93,13 +93,3 @@ make_workdir() {
 }
 
 as_user() { runuser -u "$RUN_USER" -- "$@"; }
-
-# failure_digest MAJOR LOG: what failed in one major's run, repeated at the
-# end of the output: the failing checks, then the run's last lines.
-failure_digest() {
-  log "FAILURE DIGEST, PostgreSQL $1"
-  grep -nE '^(not ok|[[:space:]]*not ok)|Failed test|Dubious|Parse errors|No plan found|\(Wstat: [1-9]|(^|[^_A-Z])FAILED|outputs differ|in one run only|did not run' "$2" |
-    grep -vE '# TODO|\(TODO\)|^[0-9]+:#   Failed \(TODO\)' | head -n 40 || true
-  echo "-- its last lines:"
-  tail -n 25 "$2"
-}

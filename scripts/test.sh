@@ -14,22 +14,32 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
+# failure_digest MAJOR LOG: what failed in one major's run, repeated at the
+# end of the output (a failure early in a long run scrolls out of what a CI
+# page shows): the failing checks, then the run's last lines.
+failure_digest() {
+  log "FAILURE DIGEST, PostgreSQL $1"
+  grep -nE '^[[:space:]]*not ok|Failed test|Dubious|Parse errors|No plan found|\(Wstat: [1-9]|(^|[^_A-Z])FAILED|outputs differ|in one run only|did not run' "$2" |
+    grep -vE '# TODO|\(TODO\)' | head -n 40 || true
+  echo "-- its last lines:"
+  tail -n 25 "$2"
+}
+
 if [ "${1:-}" = --pg ]; then
   major=${2:?--pg needs a major: 15, 17 or 18}
   shift 2
   [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
 elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
-  status=0; logs=$(mktemp -d); failed=()
+  logs=$(mktemp -d); trap 'rm -rf "$logs"' EXIT; failed=()
   for major in 15 17 18; do
     log "PostgreSQL $major"
     bash "$0" --pg "$major" 2>&1 | tee "$logs/$major.log" ||
-      { status=1; failed+=("$major"); echo "TESTS FAILED on PostgreSQL $major"; }
+      { failed+=("$major"); echo "TESTS FAILED on PostgreSQL $major"; }
   done
-  # a failure early in a long run scrolls out of what a CI page shows
   for major in "${failed[@]}"; do failure_digest "$major" "$logs/$major.log"; done
-  rm -rf "$logs"
-  [ $status -eq 0 ] && echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
-  exit $status
+  [ ${#failed[@]} -eq 0 ] || exit 1
+  echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
+  exit 0
 fi
 
 ensure_packages
