@@ -14,6 +14,7 @@
 #include "backoff.h"
 #include "durability.h"
 #include "outbox_table.h"
+#include "position_delete.h"
 #include "settings.h"
 #include "registry.h"
 #include "stats.h"
@@ -22,6 +23,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
@@ -35,6 +37,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -63,6 +66,7 @@ static SPIPlanPtr extension_plan = NULL;
 
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
+static Oid	plans_table = InvalidOid;	/* the outbox table the plans name */
 
 /* The id space of this extension's ids (outbox_instance), and its timeline. */
 static char instance_id[64] = "";
@@ -118,6 +122,7 @@ forget_plans(void)
 	free_plan(&plans.oldest);
 	free_plan(&plans.pending);
 	plans_extension_oid = InvalidOid;
+	plans_table = InvalidOid;
 	instance_timeline = 0;
 }
 
@@ -247,10 +252,11 @@ prepare_settle_plans(const char *s)
 	Oid			dead_args[] = {INT4OID, INT8ARRAYOID, INT4OID};
 
 	/*
-	 * By row position: no index descent per event. The id check keeps a
-	 * table rewrite (VACUUM FULL, CLUSTER, pg_repack) from turning an old
-	 * position into another, undelivered event; the rows a rewrite moved
-	 * are then deleted by id. The rows the list of positions fetches,
+	 * By row position, for a table with triggers or rules (the others go
+	 * through position_delete.c): no index descent per event. The id
+	 * check keeps a table rewrite (VACUUM FULL, CLUSTER, pg_repack) from
+	 * turning an old position into another, undelivered event; the rows a
+	 * rewrite moved are then deleted by id. The rows the list of positions fetches,
 	 * hash-joined with the (position, id) pairs: one generic plan whatever
 	 * the table's statistics (the list's size is unknown to it), where
 	 * the two lists alone would be planned for each batch (the planner
@@ -450,6 +456,7 @@ find_extension(void)
 						 get_database_name(MyDatabaseId))));
 	forget_plans();
 	prepare_plans(schema);
+	plans_table = get_relname_relid("outbox", get_namespace_oid(schema, false));
 	plans_extension_oid = extension_oid;
 	return true;
 }
@@ -807,9 +814,11 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 }
 
 /*
- * The delete by position, planned as a hash join: a nested loop would
- * fetch each position alone, and each such fetch asks the kernel for the
- * table's size (an lseek per event). Other statements keep their joins.
+ * The delete by position as a statement, for a table with triggers or
+ * rules (position_delete.c deletes from the others), planned as a hash
+ * join: a nested loop would fetch each position alone, and each such
+ * fetch asks the kernel for the table's size (an lseek per event). Other
+ * statements keep their joins.
  */
 static void
 execute_delete(Datum *args)
@@ -824,37 +833,46 @@ execute_delete(Datum *args)
 
 /*
  * Deletes the delivered events: by position and id, and by id for those a
- * table rewrite moved since they were read. A row missing altogether was
- * deleted by someone else: nothing is left to do for it.
+ * table rewrite or an update moved since they were read. A row missing
+ * altogether was deleted by someone else: nothing is left to do for it.
  */
 static void
 delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 {
-	Datum	   *ctids = palloc(sizeof(Datum) * Max(nevents, 1));
+	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * Max(nevents, 1));
 	int64	   *ids = palloc(sizeof(int64) * Max(nevents, 1));
 	int			n = 0;
+	uint64		deleted;
 	Datum		args[2];
 
 	for (int i = 0; i < nevents; i++)
 	{
 		if (events[i]->outcome != EVENT_DELIVERED)
 			continue;
-		ctids[n] = PointerGetDatum(&events[i]->ctid);
+		tids[n] = events[i]->ctid;
 		ids[n] = events[i]->id;
 		n++;
 	}
 	if (n == 0)
 		return;
-	args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
-											  false, TYPALIGN_SHORT));
 	args[1] = PointerGetDatum(int8_array(ids, n));
-	execute_delete(args);
-	if (SPI_processed == (uint64) n)
+	if (!outbox_delete_at_positions(plans_table, tids, ids, n, &deleted))
+	{
+		Datum	   *ctids = palloc(sizeof(Datum) * n);
+
+		for (int i = 0; i < n; i++)
+			ctids[i] = PointerGetDatum(&tids[i]);
+		args[0] = PointerGetDatum(construct_array(ctids, n, TIDOID, sizeof(ItemPointerData),
+												  false, TYPALIGN_SHORT));
+		execute_delete(args);
+		deleted = SPI_processed;
+	}
+	if (deleted == (uint64) n)
 		return;
 
 	ereport(DEBUG1,
 			(errmsg_internal("%s: " UINT64_FORMAT " of %d delivered events moved since they were read, deleting them by id",
-							 who, (uint64) (n - SPI_processed), n)));
+							 who, (uint64) n - deleted, n)));
 	args[0] = Int32GetDatum(shard);
 	if (SPI_execute_plan(plans.delete_by_id, args, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "outbox: deleting delivered events failed");

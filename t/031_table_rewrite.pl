@@ -21,7 +21,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $shards = 2;
-my $backlog = 6000;    # events sent in one transaction before each operation
+my $backlog = 3000;    # events sent in one transaction before each operation
 my $pg_repack = '/usr/lib/postgresql/15/bin/pg_repack';
 
 my $broker;
@@ -127,7 +127,7 @@ for my $op (@operations)
 	my $offset = -s $node->logfile;
 
 	send_backlog($topic, $first);
-	my $load = start_load($node, sessions => 3, per_session => 600, keys => 5,
+	my $load = start_load($node, sessions => 3, per_session => 300, keys => 5,
 		topic => $topic, first_session => $first + 1, sleep => 0.01);
 	# part of the backlog delivered: dead space at the head of the heap,
 	# batches in flight, undelivered rows behind them
