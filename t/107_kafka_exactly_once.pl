@@ -143,7 +143,7 @@ sub random_crashes
 }
 
 my $first_random = $next_session;
-my $eos_kills = random_crashes('eos', 60, 18);
+my $eos_kills = random_crashes('eos', 40, 18);
 ok(wait_for_empty($node), 'the outbox drains after the random crashes');
 my $received = consume($cluster, 'eos', undef, 'read_committed');
 my $eos = check_delivery('exactly_once random kills', committed_events($node), $received);
@@ -206,7 +206,7 @@ diag(sprintf('FIGURES exactly_once_cost: drain_20000_eos_per_s=%.0f drain_20000_
 sql(q{ALTER SYSTEM RESET outbox.batch_size});
 $node->reload;
 my $alo_first = $next_session;
-my $alo_kills = random_crashes('alo', 40, 12);
+my $alo_kills = random_crashes('alo', 25, 12);
 ok(wait_for_empty($node), 'at-least-once: the outbox drains');
 my $alo = check_delivery('at_least_once random kills', committed_of($node, $alo_first, $next_session),
 	consume($cluster, 'alo', undef, 'read_committed'));
