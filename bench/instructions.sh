@@ -6,8 +6,9 @@
 #   included). Single-user mode has no workers, so the commit's wake-up of
 #   a shard worker (a kill() and the worker's pass) is not in these counts:
 #   bench/run.sh's pgbench runs are where it shows;
-# - a delivery worker (all its threads) per event it delivers, with the
-#   whole server running under callgrind and the project's broker.
+# - a delivery worker per event it delivers, all its threads and its main
+#   thread alone (librdkafka's threads are the others), with the whole
+#   server running under callgrind and the project's broker.
 # Instructions, unlike seconds, do not depend on what else the shared
 # machine is doing: these are the stable companions of bench/run.sh.
 # Usage: bash bench/instructions.sh [events]   (as root; default 20000)
@@ -95,10 +96,12 @@ outbox.brokers = '$(cat "$WORK/bootstrap")'
 outbox.message_format = 'payload'
 CONF
 
-worker_instructions() {  # $1 events: prints the worker's total instructions
+# $1 events: prints the worker's instructions, all threads and the main
+# thread (callgrind writes one file per thread, the main thread's first)
+worker_instructions() {
   local psql_="as_user psql -X -q -h $WORK -p 5498 -d postgres"
   echo "outbox.enabled = off" >"$WORK/data/postgresql.auto.conf"
-  as_user bash -c "valgrind --tool=callgrind --callgrind-out-file=$WORK/w.%p \
+  as_user bash -c "valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=$WORK/w.%p \
     $PG_BIN/postgres -D $WORK/data >$WORK/valgrind.log 2>&1 &"
   for _ in $(seq 180); do $psql_ -Atc 'SELECT 1' >/dev/null 2>&1 && break; sleep 1; done
   local pid
@@ -107,8 +110,10 @@ worker_instructions() {  # $1 events: prints the worker's total instructions
   $psql_ -c "ALTER SYSTEM SET outbox.enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
   for _ in $(seq 900); do [ "$($psql_ -Atc 'SELECT count(*) FROM outbox')" = 0 ] && break; sleep 1; done
   as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -m fast -w -t 300 stop >/dev/null
-  callgrind_total "$WORK/w.$pid"
+  local file all=0
+  for file in "$WORK/w.$pid"-*; do all=$((all + $(callgrind_total "$file"))); done
+  echo "$all $(callgrind_total "$WORK/w.$pid-01")"
 }
-big=$(worker_instructions "$N")
-small=$(worker_instructions $((N / 10)))
-echo "worker instructions per delivered event: $(( (big - small) / (N - N / 10) ))"
+read -r big big_main < <(worker_instructions "$N")
+read -r small small_main < <(worker_instructions $((N / 10)))
+echo "worker instructions per delivered event: $(( (big - small) / (N - N / 10) )), of which the main thread $(( (big_main - small_main) / (N - N / 10) ))"
