@@ -8,16 +8,19 @@
  *		received the commit would leave Kafka with an event whose
  *		transaction does not exist.
  *
- * Without synchronous standbys, only the asynchronous commits among the
- * read's transactions need a flush: a synchronous one flushed its commit
- * before it became visible. Flushing to the insert position instead would
- * queue the worker on WALWriteLock behind every other session's commit.
+ * Without synchronous standbys, only asynchronous commits of events need a
+ * flush: a synchronous one flushed its commit before it became visible.
+ * The senders say which commits are asynchronous (registry.c). The commit
+ * log's record of asynchronous commits cannot: it keeps one position per
+ * group of 32 transactions, which the worker's own asynchronous deletes
+ * fill, so flushing by it made the worker flush its own deletes, queued on
+ * WALWriteLock behind other sessions' commits, under a load of
+ * synchronous commits alone.
  */
 #include "durability.h"
 #include "compat.h"
 #include "stop.h"
 
-#include "access/transam.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
@@ -29,6 +32,12 @@
 
 /* How often a worker looks whether the synchronous standbys caught up. */
 #define SYNC_POLL_MS 10
+
+/*
+ * The count of ended asynchronous commits (registry.c) up to which this
+ * worker flushed what its reads needed; unknown at its start.
+ */
+static uint64 flushed_async_ended = PG_UINT64_MAX;
 
 /*
  * The end of every commit visible to a snapshot taken before this call.
@@ -46,38 +55,26 @@ outbox_visible_commits_end(void)
 }
 
 /*
- * Where the asynchronous commits of the given transactions (the xmins of
- * the rows a read returned) end, InvalidXLogRecPtr if none needs a flush.
- * The commit log keeps, per small group of transactions, the end of their
- * latest asynchronous commit (what hint bits wait for); a synchronous
- * commit leaves none. Before a commit log page leaves memory the WAL up to
- * those ends is flushed, and before a segment is truncated a record after
- * every commit it holds: a transaction whose page is gone (or older than
- * the log, as a frozen row's xmin can be) is durable.
+ * Where a read's WAL must be flushed to for its asynchronous commits,
+ * InvalidXLogRecPtr if it needs no flush: none was under way when its
+ * snapshot was taken, and none ended since this worker's last flush. A
+ * count that moved may be of a commit that became visible only after the
+ * snapshot (its events are read next time): the insert position, taken
+ * now, is past its commit record too.
  */
 XLogRecPtr
-outbox_async_commits_end(const TransactionId *xids, int n)
+outbox_async_flush_target(const OutboxAsyncCommits *async)
 {
-	XLogRecPtr	end = InvalidXLogRecPtr;
-	TransactionId next;
+	if (!async->under_way && async->ended == flushed_async_ended)
+		return InvalidXLogRecPtr;
+	return GetXLogInsertRecPtr();
+}
 
-	if (n == 0)
-		return end;
-	/* the log neither truncated meanwhile nor looked up past its end */
-	LWLockAcquire(XactTruncationLock, LW_SHARED);
-	next = ReadNextTransactionId();
-	for (int i = 0; i < n; i++)
-	{
-		TransactionId xid = xids[i];
-
-		if (!TransactionIdIsNormal(xid) ||
-			TransactionIdPrecedes(xid, COMPAT_OLDEST_CLOG_XID) ||
-			!TransactionIdPrecedes(xid, next))
-			continue;
-		end = Max(end, TransactionIdGetCommitLSN(xid));
-	}
-	LWLockRelease(XactTruncationLock);
-	return end;
+/* A read whose snapshot saw this count of ended commits is durable. */
+void
+outbox_async_commits_flushed(uint64 ended)
+{
+	flushed_async_ended = ended;
 }
 
 /* As the checkpointer last published synchronous_standby_names. */
@@ -103,11 +100,10 @@ sync_standbys_flushed(void)
 
 /*
  * Makes a read's commits durable: flushes the WAL of its asynchronous
- * commits (async_end) or, when synchronous standbys are configured, all
+ * commits (async_end) and, when synchronous standbys are configured, all
  * WAL up to visible_end and waits for them to confirm it, as long as they
  * are configured: a commit made with synchronous_commit = local (or whose
- * wait was cancelled) is visible before they confirm it, and leaves no
- * trace in the commit log. Returns false, without waiting further, when
+ * wait was cancelled) is visible before they confirm it. Returns false, without waiting further, when
  * the worker is asked to stop.
  */
 bool
@@ -118,10 +114,14 @@ outbox_wait_durable(XLogRecPtr visible_end, XLogRecPtr async_end)
 
 	if (!sync_standbys_defined())
 	{
+		if (async_end > GetFlushRecPtr(NULL))
+			ereport(DEBUG1,
+					(errmsg_internal("outbox: flushing the WAL to %X/%X for asynchronous commits",
+									 LSN_FORMAT_ARGS(async_end))));
 		XLogFlush(async_end);
 		return true;
 	}
-	XLogFlush(lsn);
+	XLogFlush(Max(lsn, async_end));
 	while (sync_standbys_defined() && sync_standbys_flushed() < lsn)
 	{
 		CHECK_FOR_INTERRUPTS();

@@ -136,13 +136,12 @@ forget_plans(void)
 
 /*
  * The read's columns, by position: the table's, by their names in
- * outbox_table.h, then where the row is (to delete it by) and who wrote it
- * (its commit must be durable before it is produced).
+ * outbox_table.h, then where the row is (to delete it by).
  */
 #define READ_COLUMN_LIST(TABLE, SYSTEM) \
 	TABLE(ID) TABLE(TOPIC) TABLE(KEY) TABLE(PAYLOAD) TABLE(HEADERS) \
 	TABLE(CREATED_AT) TABLE(PAYLOAD_TYPE) TABLE(ATTEMPTS) \
-	SYSTEM(CTID, "ctid") SYSTEM(XMIN, "xmin")
+	SYSTEM(CTID, "ctid")
 
 #define READ_TABLE_POSITION(tag) COL_##tag,
 #define READ_SYSTEM_POSITION(tag, name) COL_##tag,
@@ -574,8 +573,7 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
  * max_bytes of what the events bring (payload, key, headers and topic; at
  * least one event): the rest is read again next time, so a worker's
  * memory is bounded by bytes, not events, whatever part of an event is
- * big. Notes the xmins of the rows it copies, whose asynchronous commits
- * must be durable before they are produced.
+ * big.
  */
 typedef struct ReadReceiver
 {
@@ -583,8 +581,6 @@ typedef struct ReadReceiver
 	OutboxBatch *batch;			/* events sized for the read's limit */
 	MemoryContext batch_context;
 	int64		max_bytes;
-	TransactionId *xids;		/* as many as events */
-	int			nxids;
 } ReadReceiver;
 
 static bool
@@ -593,7 +589,6 @@ read_receive(TupleTableSlot *slot, DestReceiver *self)
 	ReadReceiver *r = (ReadReceiver *) self;
 	OutboxBatch *batch = r->batch;
 	MemoryContext old;
-	TransactionId xmin;
 
 	if (batch->nevents > 0 && batch->bytes >= r->max_bytes)
 	{
@@ -602,10 +597,6 @@ read_receive(TupleTableSlot *slot, DestReceiver *self)
 		return false;
 	}
 	slot_getallattrs(slot);
-	/* a transaction's events are usually next to each other */
-	xmin = DatumGetTransactionId(slot->tts_values[COL_XMIN]);
-	if (r->nxids == 0 || r->xids[r->nxids - 1] != xmin)
-		r->xids[r->nxids++] = xmin;
 	old = MemoryContextSwitchTo(r->batch_context);
 	copy_event(&batch->events[batch->nevents], slot->tts_values, slot->tts_isnull);
 	MemoryContextSwitchTo(old);
@@ -644,7 +635,6 @@ read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 
 	r->batch = batch;
 	r->batch_context = batch_context;
 	r->max_bytes = max_bytes;
-	r->xids = palloc(sizeof(TransactionId) * Max(limit, 1));
 	batch->events = MemoryContextAllocZero(batch_context, sizeof(OutboxEvent) * Max(limit, 1));
 	return r;
 }
@@ -780,6 +770,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	MemoryContext batch_context = CurrentMemoryContext;
 	bool		holding;
 	ReadReceiver *receiver;
+	OutboxAsyncCommits async;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
@@ -793,9 +784,11 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	batch->instance = MemoryContextStrdup(batch_context, instance_id);
 	holding = any_held(shard);
 
-	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation);
+	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation, &async);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
+	batch->async_commits_lsn = outbox_async_flush_target(&async);
+	batch->async_commits_ended = async.ended;
 	batch->scan_from = Min(Min(cursor, batch->floor),
 						   due_keyed_retry(shard, window_ids, nwindow));
 	if (batch->rewind_generation != rewind_generation ||
@@ -807,7 +800,6 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	receiver = read_receiver(batch, batch_context, limit, max_bytes);
 	execute_read(shard, batch->scan_from, limit, holding, window_ids, nwindow, receiver);
 	batch->more |= (batch->nevents == limit);
-	batch->async_commits_lsn = outbox_async_commits_end(receiver->xids, receiver->nxids);
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
 	return true;

@@ -23,7 +23,8 @@ typedef struct OutboxBatch
 	Oid			extension_oid;	/* the extension the rows were read from */
 	const char *instance;		/* its outbox_instance id, read with the rows */
 	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
-	XLogRecPtr	async_commits_lsn;	/* its events' asynchronous commits end */
+	XLogRecPtr	async_commits_lsn;	/* flush to here for asynchronous commits */
+	uint64		async_commits_ended;	/* as registry.c counted, at the read */
 } OutboxBatch;
 
 extern int	outbox_reshard_orphans(int shard);

@@ -7,6 +7,8 @@
  *		transaction's first id and clears it at commit or abort; this file
  *		computes the floor with the read's snapshot; queue.c scans from
  *		min(cursor, floor); worker.c's next_cursor() moves the cursor.
+ *		The same entries say which of them commit asynchronously, for
+ *		durability.c.
  */
 #include "registry.h"
 #include "compat.h"
@@ -22,16 +24,21 @@
 #include "storage/shmem.h"
 #include "utils/snapmgr.h"
 
-/* Registry entry of one PGPROC: its database and its lowest open id. */
+/*
+ * Registry entry of one PGPROC: its database, its lowest open id, and
+ * whether its commit, under way, is asynchronous.
+ */
 typedef struct RegistryEntry
 {
 	Oid			dboid;
 	pg_atomic_uint64 lowest_id;	/* 0 if none */
+	pg_atomic_uint32 async_commit;	/* 1 from pre-commit until cleared */
 } RegistryEntry;
 
 typedef struct RegistryShared
 {
 	int			nprocs;			/* one entry per PGPROC */
+	pg_atomic_uint64 async_ended;	/* asynchronous commits cleared so far */
 	RegistryEntry entries[FLEXIBLE_ARRAY_MEMBER];
 } RegistryShared;
 
@@ -70,10 +77,12 @@ outbox_registry_shmem_startup(void)
 	if (!found)
 	{
 		registry->nprocs = proc_count();
+		pg_atomic_init_u64(&registry->async_ended, 0);
 		for (int i = 0; i < registry->nprocs; i++)
 		{
 			registry->entries[i].dboid = InvalidOid;
 			pg_atomic_init_u64(&registry->entries[i].lowest_id, 0);
+			pg_atomic_init_u32(&registry->entries[i].async_commit, 0);
 		}
 	}
 	registry_lock = &(GetNamedLWLockTranche("outbox"))[0].lock;
@@ -123,6 +132,18 @@ outbox_registry_shmem_startup(void)
  * holds it, no new registrant reaches the registry lock, and the worker
  * waits only for those already past the gate, one nextval() each. No one
  * holding the registry lock waits for the gate, so there is no cycle.
+ *
+ * Asynchronous commits. A worker must not produce an event whose commit
+ * could still be lost: one made with synchronous_commit = off and not yet
+ * flushed. At pre-commit such a transaction flags its entry; when it
+ * clears the entry (after its commit is visible) it first counts itself
+ * in async_ended, then unflags. A worker, after taking its snapshot, reads
+ * the flags of its database, then the count. A commit its snapshot shows
+ * flagged its entry before it became visible, so the worker sees the flag
+ * or, once unflagged, the count that was raised before: either tells it
+ * to flush (durability.c). Synchronous commits, flushed before they are
+ * visible, leave neither, and neither do the worker's own asynchronous
+ * deletes: so under synchronous load a worker flushes nothing.
  */
 
 /* Registrants pass the gate: a worker waiting for the floor goes first. */
@@ -194,23 +215,64 @@ outbox_register_reinsert(int64 min_id)
 	LWLockRelease(registry_lock);
 }
 
+/* At pre-commit of a transaction that sent events and will not wait for the flush. */
+void
+outbox_note_async_commit(void)
+{
+	if (registry == NULL || !registered_this_xact)
+		return;
+	pg_atomic_write_u32(&my_entry()->async_commit, 1);
+	/* before the commit record and its visibility */
+	pg_memory_barrier();
+}
+
 void
 outbox_clear_inflight(void)
 {
 	if (registry != NULL && registered_this_xact)
-		pg_atomic_write_u64(&my_entry()->lowest_id, 0);
+	{
+		RegistryEntry *entry = my_entry();
+
+		if (pg_atomic_read_u32(&entry->async_commit) != 0)
+		{
+			/* counted (a full barrier) before it looks ended */
+			pg_atomic_fetch_add_u64(&registry->async_ended, 1);
+			pg_atomic_write_u32(&entry->async_commit, 0);
+		}
+		pg_atomic_write_u64(&entry->lowest_id, 0);
+	}
 	registered_this_xact = false;
+}
+
+/* After the snapshot: see "asynchronous commits" above. */
+static void
+read_async_commits(OutboxAsyncCommits *async)
+{
+	async->under_way = false;
+	pg_read_barrier();
+	for (int i = 0; i < registry->nprocs; i++)
+	{
+		if (registry->entries[i].dboid == MyDatabaseId &&
+			pg_atomic_read_u32(&registry->entries[i].async_commit) != 0)
+		{
+			async->under_way = true;
+			break;
+		}
+	}
+	pg_read_barrier();
+	async->ended = pg_atomic_read_u64(&registry->async_ended);
 }
 
 /*
  * Takes the snapshot a worker reads its batch with, and returns the lowest
  * id any transaction of this database still open at that moment can commit
- * (PG_INT64_MAX if none), with the worker's rewind generation. Must be
- * called in a transaction; pushes the snapshot as active. The gate first,
- * so that registrants cannot keep the registry lock from us.
+ * (PG_INT64_MAX if none), with the worker's rewind generation and what the
+ * snapshot may hold of asynchronous commits. Must be called in a
+ * transaction; pushes the snapshot as active. The gate first, so that
+ * registrants cannot keep the registry lock from us.
  */
 int64
-outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
+outbox_take_snapshot_floor(int slot, uint64 *rewind_generation, OutboxAsyncCommits *async)
 {
 	uint64		floor = PG_UINT64_MAX;
 
@@ -227,6 +289,7 @@ outbox_take_snapshot_floor(int slot, uint64 *rewind_generation)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	LWLockRelease(registry_lock);
 	LWLockRelease(registry_gate);
+	read_async_commits(async);
 
 	return floor > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) floor;
 }

@@ -17,9 +17,22 @@ extern void outbox_registry_shmem_startup(void);
 /* backends sending events (send.c) */
 extern int64 outbox_next_id_registered(Oid sequence);
 extern void outbox_register_reinsert(int64 min_id);
+extern void outbox_note_async_commit(void);
 extern void outbox_clear_inflight(void);
 
+/*
+ * What a read's snapshot may hold of asynchronous commits of events (see
+ * "asynchronous commits" in registry.c): how many had ended, server-wide,
+ * and whether one of this database was under way.
+ */
+typedef struct OutboxAsyncCommits
+{
+	uint64		ended;
+	bool		under_way;
+} OutboxAsyncCommits;
+
 /* workers reading their shard (queue.c) */
-extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation);
+extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation,
+										OutboxAsyncCommits *async);
 
 #endif							/* OUTBOX_REGISTRY_H */

@@ -654,6 +654,11 @@ outbox_xact_callback(XactEvent event, void *arg)
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that has sent outbox events")));
 			break;
+		case XACT_EVENT_PRE_COMMIT:
+			/* the commit will not wait for its flush: workers must flush it */
+			if (sent_this_xact && synchronous_commit <= SYNCHRONOUS_COMMIT_OFF)
+				outbox_note_async_commit();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* after the commit is visible: a woken worker will see it */

@@ -797,6 +797,7 @@ read_and_produce(WorkerState *st)
 		outbox_window_discard(st->window, batch);
 		return;
 	}
+	outbox_async_commits_flushed(batch->async_commits_ended);
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
 	outbox_txn_begin(st->txn, st->producer);
 	/* in the window before the first message: an error halfway keeps it */

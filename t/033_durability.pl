@@ -29,7 +29,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $broker = start_broker(topics => [ 'durable:3', 'syncrep:3', 'standby:3' ]);
+my $broker = start_broker(topics => [ 'durable:3', 'syncrep:3', 'standby:3', 'synchronous:3' ]);
 my $node = new_outbox_node('durable', $broker, shards => 1, allows_streaming => 1,
 	conf => "wal_writer_delay = 10s\nwal_writer_flush_after = 0\n");
 OutboxTest::create_sent_table($node);
@@ -73,6 +73,29 @@ sub values_in
 
 send_local('durable', 'warm-up');
 ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM outbox'), '(a) warm-up event delivered');
+
+# ---- (s) synchronous commits only: the worker flushes nothing ---------------
+# Its own deletes commit asynchronously, and the walwriter sleeps: a worker
+# that took the commit log's record of asynchronous commits (one position
+# per 32 transactions, its own among them) for its events' flushed its own
+# deletes under this load. One asynchronous commit then makes it flush.
+reload_with($node, 'log_min_messages = debug1');
+my $offset = -s $node->logfile;
+my $sync_load = start_load($node, sessions => 2, per_session => 300, keys => 5,
+	topic => 'synchronous', first_session => 50, rollback_every => 0, sleep => 0.002);
+wait_load($sync_load);
+ok(wait_for_empty($node, 60), '(s) a load of synchronous commits is delivered');
+my $sync_flushes = log_count($node, qr/flushing the WAL to \S+ for asynchronous commits/, $offset);
+is($sync_flushes, 0, '(s) the worker flushed no WAL for 600 synchronous commits');
+$node->safe_psql('postgres', "SET synchronous_commit = off; SELECT outbox_send('synchronous', 'async-1', 'k')");
+ok(wait_for_empty($node, 30), '(s) an asynchronous commit is delivered');
+my $async_flushes = log_count($node, qr/flushing the WAL to \S+ for asynchronous commits/, $offset);
+cmp_ok($async_flushes, '>=', 1, '(s) the worker flushed the WAL for the asynchronous commit');
+check_delivery('(s) synchronous load', committed_of($node, 50, 51),
+	[ grep { $_->{value} =~ /^s5[01]:/ } @{ consume($broker, 'synchronous') } ]);
+diag("FIGURES (s) synchronous commits: commits=600 worker_wal_flushes=$sync_flushes; "
+	  . "one asynchronous commit: worker_wal_flushes=$async_flushes");
+reload_with($node, 'log_min_messages = info');
 
 # Rounds 1 and 3: delivery paused while the 150 commits are made, then
 # resumed: the worker reads them all at once, including those on the last,
