@@ -114,7 +114,7 @@ outbox_wait_durable(XLogRecPtr visible_end, XLogRecPtr async_end)
 
 	if (!sync_standbys_defined())
 	{
-		if (async_end > GetFlushRecPtr(NULL))
+		if (!XLogRecPtrIsInvalid(async_end))
 			ereport(DEBUG1,
 					(errmsg_internal("outbox: flushing the WAL to %X/%X for asynchronous commits",
 									 LSN_FORMAT_ARGS(async_end))));
