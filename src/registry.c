@@ -215,7 +215,10 @@ outbox_register_reinsert(int64 min_id)
 	LWLockRelease(registry_lock);
 }
 
-/* At pre-commit of a transaction that sent events and will not wait for the flush. */
+/*
+ * At pre-commit of a transaction that sent events and will not wait for
+ * its commit to be flushed.
+ */
 void
 outbox_note_async_commit(void)
 {
