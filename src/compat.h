@@ -79,13 +79,6 @@
 #define COMPAT_MY_PROC_NUMBER (MyProc->pgprocno)
 #endif
 
-/* 17: ShmemVariableCache became TransamVariables */
-#if PG_VERSION_NUM >= 170000
-#define COMPAT_OLDEST_CLOG_XID (TransamVariables->oldestClogXid)
-#else
-#define COMPAT_OLDEST_CLOG_XID (ShmemVariableCache->oldestClogXid)
-#endif
-
 /*
  * 17: a wait event set belongs to a resource owner instead of a memory
  * context; the worker's lives as long as the process, in neither.

@@ -103,8 +103,8 @@ sync_standbys_flushed(void)
  * commits (async_end) and, when synchronous standbys are configured, all
  * WAL up to visible_end and waits for them to confirm it, as long as they
  * are configured: a commit made with synchronous_commit = local (or whose
- * wait was cancelled) is visible before they confirm it. Returns false, without waiting further, when
- * the worker is asked to stop.
+ * wait was cancelled) is visible before they confirm it. Returns false,
+ * without waiting further, when the worker is asked to stop.
  */
 bool
 outbox_wait_durable(XLogRecPtr visible_end, XLogRecPtr async_end)

@@ -2,7 +2,7 @@
  * position_delete.c
  *		The settle's delete, by position. The worker knows where each
  *		event it read lies; a DELETE statement that joined those positions
- *		with the ids cost the worker a third of its instructions per
+ *		with the ids cost the worker nearly a quarter of its instructions per
  *		delivered event (a function scan, a hash build, a TID scan and the
  *		executor's per-row work around the same fetch and delete this
  *		module does directly).
