@@ -29,6 +29,8 @@
 // Exit 0 on success; non-zero with a message on stderr on failure.
 'use strict';
 
+// before kafkajs: its read_committed filter lets some aborted records through
+require('./read-committed').install();
 const { Kafka, logLevel } = require('kafkajs');
 const cloudevents = require('cloudevents');
 
