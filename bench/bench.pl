@@ -46,6 +46,8 @@ my @PARTS = (
 	{ name => 'drain', mock => 1, real => 1, about => 'a backlog against a plain SQL drain' },
 	{ name => 'latency', mock => 1, real => 1, about => 'commit to consumer against a plain producer' },
 	{ name => 'sustained', mock => 1, real => 0, about => 'half the maximum rate for minutes, a snapshot held' },
+	{ name => 'tail', mock => 0, real => 1,
+		about => 'p99 per 5-s window at 3000/s and 80 %, 2 shards, a snapshot held, against the floor' },
 	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
 	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
 	# needs outbox.delivery and real Kafka's transactions: only when named
@@ -143,6 +145,8 @@ sub sizes
 	  : (100000, 10, 500000, 10, 20, 300, 60, 30, 60, 1000000, 2000);
 	$c{drain_shards} = $quick || $real ? [ 1, 2 ] : [ 1, 2, 4 ];
 	$c{large_events} = 500 if $real;
+	# the tail part (issue 19: 5 minutes, a 60-s snapshot, 5-s windows)
+	@c{qw(tail_seconds tail_hold_seconds tail_window_seconds tail_floor_seconds)} = $quick ? (40, 10, 5, 10) : (300, 60, 5, 60);
 	# the debezium part: how long Kafka is down (issue 19: 60 s)
 	$c{dbz_outage_seconds} = $quick ? 20 : 60;
 	return \%c;
@@ -202,6 +206,9 @@ sub meta
 			  . '; producer_<rate>_* is a plain librdkafka producer (idempotent, so acks=all; linger.ms=0) '
 			  . 'at the same rate through the same brokers and consumer: the floor; <rate>_p50_to_floor = outbox / floor.',
 			'sustained: windows by receive time; delivered_pct = events read back / events committed.',
+			'tail: 2 shards, a REPEATABLE READ snapshot held in the middle of the run; windows by receive time; '
+			  . '<rate>_worst_window_to_floor = the worst window\'s p99 / the floor\'s whole-run p99 at the same rate '
+			  . '(a plain producer, ' . $cfg->{tail_floor_seconds} . ' s); tail_windows lists every window.',
 			'memory: VmRSS counts the shared buffers the worker touched (RssShmem); RssAnon and Pss_Anon are its private memory.',
 		],
 		parameters => { latency_shards => 1, payload_bytes => $cfg->{payload},

@@ -32,7 +32,7 @@ sub new
 {
 	my ($class, $out) = @_;
 	return bless { out => $out, order => [], metrics => {}, sustained_windows => [],
-		sustained_size_samples => [], memory_worker_activity => [] }, $class;
+		sustained_size_samples => [], memory_worker_activity => [], tail_windows => [] }, $class;
 }
 
 # One value of one run; printed as it comes.
@@ -83,7 +83,7 @@ sub write_json
 {
 	my ($self, $file, $status, $meta, $log) = @_;
 	my $doc = { status => $status, meta => $meta, results => $self->rows,
-		map({ $_ => $self->{$_} } qw(sustained_windows sustained_size_samples memory_worker_activity)),
+		map({ $_ => $self->{$_} } qw(sustained_windows sustained_size_samples memory_worker_activity tail_windows)),
 		server_log => $log };
 	my $json = JSON::PP->new->pretty->canonical->encode($doc);
 	open my $fh, '>', "$file.tmp" or die "$file.tmp: $!";
