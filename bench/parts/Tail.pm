@@ -74,7 +74,7 @@ sub outbox_windows
 	my %ms;
 	push @{ $ms{ int(($_->[0] - $l->{t0}) / $win) } }, $_->[1] for @{ $l->{samples} };
 	return map { { run => $run, rate => $label, window => $_, start_s => $_ * $win,
-		delivered => scalar @{ $ms{$_} }, p99_ms => percentile(0.99, @{ $ms{$_} }) } }
+		delivered => scalar @{ $ms{$_} }, p99_ms => 0 + percentile(0.99, @{ $ms{$_} }) } }
 	  sort { $a <=> $b } keys %ms;
 }
 
