@@ -10,7 +10,7 @@ use warnings;
 use Bench::Util ();
 use Bench::Load;
 use Bench::Rate ();
-use Bench::Stats qw(percentile ratio);
+use Bench::Stats qw(percentile ratio by_window);
 use Time::HiRes ();
 
 sub run
@@ -33,8 +33,7 @@ sub run
 			my ($i, $elapsed) = @_;
 			if (!$holder && $elapsed >= $hold_at - 1)
 			{
-				$holder = $env->psql_bg($env->file('holder.out'),
-					"BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM plain LIMIT 1; SELECT pg_sleep($hold); COMMIT;");
+				$holder = $env->hold_snapshot('holder', $hold);
 			}
 			my $w = int(($elapsed + 1) / $win);
 			push @sizes, sizes($env, $run, 'w' . ($w - 1), $w * $win) if $w > grep { $_->{at} =~ /^w/ } @sizes;
@@ -82,8 +81,7 @@ sub record
 sub windows
 {
 	my ($run, $l, $win, $sizes) = @_;
-	my %ms;
-	push @{ $ms{ int(($_->[0] - $l->{t0}) / $win) } }, $_->[1] for @{ $l->{samples} };
+	my %ms = %{ by_window($l->{t0}, $win, @{ $l->{samples} }) };
 	my %size = map { $_->{at} => $_ } @$sizes;
 	my @w;
 	for my $i (sort { $a <=> $b } keys %ms)

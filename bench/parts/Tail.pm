@@ -12,7 +12,7 @@ use warnings;
 use Bench::Util ();
 use Bench::Load;
 use Bench::Rate ();
-use Bench::Stats qw(percentile ratio);
+use Bench::Stats qw(percentile ratio by_window);
 
 # a window is out of bounds above this many times the floor's p99
 use constant BOUND => 3;
@@ -64,18 +64,16 @@ sub outbox_windows
 	my $hook = sub {
 		my ($i, $elapsed) = @_;
 		return if $holder || $elapsed < $hold_at - 1;
-		$holder = $env->psql_bg($env->file('tail_holder.out'),
-			"BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM plain LIMIT 1; SELECT pg_sleep($hold); COMMIT;");
+		$holder = $env->hold_snapshot('tail_holder', $hold);
 	};
 	my $l = Bench::Load::run($env, label => "tail_$label", rate => $rate, seconds => $t,
 		source => 'outbox', after_segment => $hook);
 	Bench::Util::finish_bg($holder) or die 'the snapshot-holding session failed' if $holder;
 	$res->record('tail', "${label}_missing", 'events', $run, $l->{committed} - $l->{received});
-	my %ms;
-	push @{ $ms{ int(($_->[0] - $l->{t0}) / $win) } }, $_->[1] for @{ $l->{samples} };
+	my $ms = by_window($l->{t0}, $win, @{ $l->{samples} });
 	return map { { run => $run, rate => $label, window => $_, start_s => $_ * $win,
-		delivered => scalar @{ $ms{$_} }, p99_ms => 0 + percentile(0.99, @{ $ms{$_} }) } }
-	  sort { $a <=> $b } keys %ms;
+		delivered => scalar @{ $ms->{$_} }, p99_ms => 0 + percentile(0.99, @{ $ms->{$_} }) } }
+	  sort { $a <=> $b } keys %$ms;
 }
 
 sub record

@@ -96,6 +96,15 @@ sub psql_bg
 		'<', \undef, '>', $outfile, '2>', "$outfile.err");
 }
 
+# Another session holding a REPEATABLE READ snapshot for $seconds (VACUUM
+# cannot remove what is deleted meanwhile); finish with Bench::Util::finish_bg.
+sub hold_snapshot
+{
+	my ($self, $name, $seconds) = @_;
+	return $self->psql_bg($self->file("$name.out"),
+		"BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM plain LIMIT 1; SELECT pg_sleep($seconds); COMMIT;");
+}
+
 # One statement's time in ms, commit included (psql's \timing).
 sub timed_sql
 {

@@ -9,7 +9,7 @@ use warnings;
 use Exporter qw(import);
 use POSIX ();
 
-our @EXPORT_OK = qw(median percentile ratio summary round_to is_num);
+our @EXPORT_OK = qw(median percentile ratio summary round_to is_num by_window);
 
 sub is_num { my ($v) = @_; return defined $v && $v =~ /^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$/; }
 
@@ -45,6 +45,16 @@ sub round_to
 	my ($v, $digits) = @_;
 	return undef unless is_num($v);
 	return 0 + sprintf("%.${digits}f", $v);
+}
+
+# Latency samples ([receive time, ms]) by window of $win seconds from $t0:
+# { window number => [ms, ...] }.
+sub by_window
+{
+	my ($t0, $win, @samples) = @_;
+	my %ms;
+	push @{ $ms{ int(($_->[0] - $t0) / $win) } }, $_->[1] for @samples;
+	return \%ms;
 }
 
 # { median, min, max } of the defined numbers of one metric's runs.
