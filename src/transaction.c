@@ -559,6 +559,12 @@ outbox_txn_may_settle(OutboxTxn *txn)
 }
 
 bool
+outbox_txn_committed(OutboxTxn *txn)
+{
+	return txn->state == TS_COMMITTED;
+}
+
+bool
 outbox_txn_superseded(OutboxTxn *txn)
 {
 	return txn->state == TS_SUPERSEDED;

@@ -51,6 +51,9 @@ extern bool outbox_txn_progress_failed(OutboxTxn *txn);
 /* Whether the window may be settled: no transaction open. */
 extern bool outbox_txn_may_settle(OutboxTxn *txn);
 
+/* Whether a committed transaction waits for its settle (due at once). */
+extern bool outbox_txn_committed(OutboxTxn *txn);
+
 /*
  * A later timeline's progress record was found: another server delivers
  * this shard, this one delivers nothing.

@@ -545,8 +545,9 @@ any_delivered(OutboxEvent **events, int n)
 }
 
 /*
- * Whether to settle now: in groups while the pipeline runs; after a
- * failure or when stopping, once, when every report is in.
+ * Whether to settle now: in groups while the pipeline runs, at once after
+ * a Kafka transaction committed; after a failure or when stopping, once,
+ * when every report is in.
  */
 static bool
 settle_due(WorkerState *st)
@@ -559,6 +560,9 @@ settle_due(WorkerState *st)
 		return false;
 	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0;
+	/* a committed Kafka transaction holds the next one back until settled */
+	if (outbox_txn_committed(st->txn))
+		return true;
 	return unsettled >= outbox_batch_size ||
 		outbox_window_room(st->window, &bytes) == 0 ||
 		ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)) <= 0;

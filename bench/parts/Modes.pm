@@ -4,6 +4,11 @@
 # (librdkafka's default isolation.level, read_committed, in latency-consumer),
 # with the number of Kafka requests the shard's producer sent per event
 # (librdkafka's statistics: every broker's "tx"). Baseline: at-least-once.
+# Beside them, in the same run, the two floors at the same rates: a plain
+# producer, and one that sends one Kafka transaction at a time as
+# exactly-once delivery does (baseline-producer -x), which also measures a
+# transaction commit's round trip (EndTxn), the unit of issue 21's p50
+# target.
 package Bench::Part::Modes;
 
 use strict;
@@ -37,10 +42,15 @@ sub run
 		$res->record('modes', 'drain_eos_to_alo', 'eos/alo', $run, ratio($eos->{drain}, $alo->{drain}));
 		for my $label (qw(r1000 r3000))
 		{
-			$res->record('modes', "${label}_p50_eos_minus_alo_ms", 'ms', $run,
-				$eos->{$label}{p50} - $alo->{$label}{p50});
+			my $floors = floors($ctx, $run, $label);
+			my $added = $eos->{$label}{p50} - $alo->{$label}{p50};
+			$res->record('modes', "${label}_p50_eos_minus_alo_ms", 'ms', $run, $added);
 			$res->record('modes', "${label}_p99_eos_to_alo", 'eos/alo', $run,
 				ratio($eos->{$label}{p99}, $alo->{$label}{p99}));
+			$res->record('modes', "${label}_p50_eos_minus_alo_to_commit", 'commit round trips', $run,
+				ratio($added, $floors->{commit_ms}));
+			$res->record('modes', "${label}_p50_floors_txn_minus_plain_ms", 'ms', $run,
+				$floors->{txn_p50} - $floors->{plain_p50});
 		}
 	}
 	$env->reset_setting('outbox.delivery');
@@ -68,6 +78,32 @@ sub measure
 		$f{$label} = { p50 => percentile(0.5, @ms), p99 => percentile(0.99, @ms) };
 		$res->record('modes', "${m}_${label}_${_}_ms", 'ms', $run, $f{$label}{$_}) for qw(p50 p99);
 		$res->record('modes', "${m}_${label}_missing", 'events', $run, $l->{committed} - $l->{received});
+	}
+	return \%f;
+}
+
+# The plain and the transactional floor at one rate, recorded; returns
+# { plain_p50, txn_p50, commit_ms }.
+sub floors
+{
+	my ($ctx, $run, $label) = @_;
+	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
+	my ($rate) = $label =~ /(\d+)/;
+	my %f;
+	for my $source (qw(producer transactions))
+	{
+		my $name = $source eq 'producer' ? 'floor' : 'txn_floor';
+		my $l = Bench::Load::run($env, label => "${name}_$label", rate => $rate,
+			seconds => $cfg->{latency_seconds}, source => $source);
+		my $p50 = percentile(0.5, map { $_->[1] } @{ $l->{samples} });
+		$f{$source eq 'producer' ? 'plain_p50' : 'txn_p50'} = $p50;
+		$res->record('modes', "${name}_${label}_p50_ms", 'ms', $run, $p50);
+		$res->record('modes', "${name}_${label}_p99_ms", 'ms', $run,
+			percentile(0.99, map { $_->[1] } @{ $l->{samples} }));
+		next if $source eq 'producer';
+		$f{commit_ms} = $l->{commit_ms};
+		$res->record('modes', "txn_floor_${label}_commit_ms", 'ms', $run, $l->{commit_ms});
+		$res->record('modes', "txn_floor_${label}_ack_ms", 'ms', $run, $l->{ack_ms});
 	}
 	return \%f;
 }

@@ -15,6 +15,7 @@ package Bench::Load;
 
 use strict;
 use warnings;
+use Bench::Stats ();
 use Bench::Util ();
 
 use IPC::Run ();
@@ -24,7 +25,9 @@ use Time::HiRes ();
 use constant SEGMENT_S        => 5;
 use constant SEGMENT_MESSAGES => 15000;
 
-# %o: label, rate (events/s), seconds, source ('outbox' or 'producer'),
+# %o: label, rate (events/s), seconds, source ('outbox', 'producer', or
+# 'transactions': the plain producer one Kafka transaction at a time, as
+# exactly-once delivery works; any other: pgbench with script),
 # clients (pgbench), before_load (sub called once all is ready),
 # after_segment (sub called with the segment number and the seconds since
 # the start, between segments); for another system's pgbench load (the
@@ -34,7 +37,9 @@ use constant SEGMENT_MESSAGES => 15000;
 # (sub called with the result so far and the topics once the load ended,
 # instead of waiting for an empty outbox).
 # Returns { samples => [[receive time, ms]], committed, received, bad,
-#           tps, t0 (Unix s), segments }.
+#           tps, t0 (Unix s), segments }, and for 'transactions'
+#           commit_ms and ack_ms: the median over segments of each one's
+#           median commit (EndTxn) and wait for acknowledgements.
 sub run
 {
 	my ($env, %o) = @_;
@@ -47,7 +52,7 @@ sub run
 	my $n = POSIX::ceil($o{seconds} / $seg);
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
 	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
-	my (@tps, @pending);
+	my (@tps, @pending, %txn);
 	# fresh topics, known to the worker's producer (pg_outbox) before the
 	# load: a producer first learns a new topic's partitions, which holds
 	# its first messages and, in a stop-and-wait worker, the others behind
@@ -69,6 +74,7 @@ sub run
 		$r{committed} += $res->{count};
 		$c->{count} = $res->{count};
 		push @tps, $res->{tps};
+		push @{ $txn{$_} }, $res->{$_} for grep { defined $res->{$_} } qw(commit_ms ack_ms);
 		# the segment's events are the outbox's ids up to here
 		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
 		push @pending, $c;
@@ -80,6 +86,7 @@ sub run
 	my $sum = 0;
 	$sum += $_ for @tps;
 	$r{tps} = $sum / @tps;
+	$r{$_} = Bench::Stats::percentile(0.5, @{ $txn{$_} }) for keys %txn;
 	return \%r;
 }
 
@@ -108,7 +115,7 @@ sub start_source
 {
 	my ($env, $o, $topic, $len) = @_;
 	my $out = $env->file("load_$topic.out");
-	if ($o->{source} ne 'producer')
+	if ($o->{source} ne 'producer' && $o->{source} ne 'transactions')
 	{
 		my $clients = $o->{clients} // 8;
 		return { out => $out, kind => 'pgbench', h => $env->pgbench_bg($out,
@@ -116,7 +123,8 @@ sub start_source
 				'-R', $o->{rate}, '-T', $len) };
 	}
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
-		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0');
+		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0',
+		($o->{source} eq 'transactions' ? ('-x', "bench-floor-$topic") : ()));
 	return { out => $out, kind => 'producer',
 		h => Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>&1') };
 }
@@ -128,9 +136,12 @@ sub finish_source
 	Bench::Util::finish_bg($load->{h}) or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
 	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
 	my $text = Bench::Util::slurp($load->{out});
-	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)/m
+	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)(.*)$/m
 	  or die "baseline-producer: $text";
-	return { count => $1, tps => $2 };
+	my %r = (count => $1, tps => $2);
+	my $rest = $3;
+	$r{$1} = $2 while $rest =~ /\b(commit_ms|ack_ms)_p50=([0-9.]+)/g;
+	return \%r;
 }
 
 1;
