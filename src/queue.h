@@ -27,6 +27,9 @@ typedef struct OutboxBatch
 	uint64		async_commits_ended;	/* as registry.c counted, at the read */
 } OutboxBatch;
 
+/* qsort's and bsearch's order of event ids (int64), ascending. */
+extern int	outbox_compare_ids(const void *a, const void *b);
+
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_extension_exists(void);
 

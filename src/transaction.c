@@ -309,15 +309,6 @@ abort_transaction(OutboxTxn *txn, rd_kafka_t *rk)
 	return TXN_LOST_OUTCOME;
 }
 
-static int
-compare_id(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
-}
-
 /* The delivered events the settle will delete (every report is in). */
 static int
 delivered_ids(OutboxWindow *window, int64 **ids, Oid *extension)
@@ -344,7 +335,7 @@ close_transaction(OutboxTxn *txn, OutboxProducer *producer, Oid extension, int64
 	char	   *record;
 	const char *error = NULL;
 
-	qsort(ids, n, sizeof(int64), compare_id);
+	qsort(ids, n, sizeof(int64), outbox_compare_ids);
 	record = outbox_progress_encode(txn->instance, extension, ids, n);
 	txn->closing = true;
 	txn->events = n;
