@@ -203,20 +203,20 @@ static void send_transactions(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
     char value[32];
 
     for (long i = 0; i < count; txns++) {
-        double acked, committed;
+        double produced, acknowledged;
 
         wait_until(rk, start + i / rate);
         check(rd_kafka_begin_transaction(rk), "begin_transaction");
         for (double now = now_s(); i < count && start + i / rate <= now; i++)
             produce(rk, rkt, value, stamp(value, unix_start + i / rate), i,
                     keys);
-        acked = now_s();
+        produced = now_s();
         while (rd_kafka_outq_len(rk) > 0)
             rd_kafka_flush(rk, 1000);
-        committed = now_s();
+        acknowledged = now_s();
         check(rd_kafka_commit_transaction(rk, -1), "commit_transaction");
-        ack_ms[txns] = (committed - acked) * 1000;
-        commit_ms[txns] = (now_s() - committed) * 1000;
+        ack_ms[txns] = (acknowledged - produced) * 1000;
+        commit_ms[txns] = (now_s() - acknowledged) * 1000;
     }
     snprintf(figures, room, " transactions=%ld commit_ms_p50=%.3f ack_ms_p50=%.3f",
              txns, median(commit_ms, txns), median(ack_ms, txns));

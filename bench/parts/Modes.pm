@@ -50,7 +50,7 @@ sub run
 			$res->record('modes', "${label}_p50_eos_minus_alo_to_commit", 'commit round trips', $run,
 				ratio($added, $floors->{commit_ms}));
 			$res->record('modes', "${label}_p50_floors_txn_minus_plain_ms", 'ms', $run,
-				$floors->{txn_p50} - $floors->{plain_p50});
+				$floors->{txn_floor} - $floors->{floor});
 		}
 	}
 	$env->reset_setting('outbox.delivery');
@@ -83,27 +83,25 @@ sub measure
 }
 
 # The plain and the transactional floor at one rate, recorded; returns
-# { plain_p50, txn_p50, commit_ms }.
+# { floor => p50, txn_floor => p50, commit_ms }.
 sub floors
 {
 	my ($ctx, $run, $label) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my ($rate) = $label =~ /(\d+)/;
 	my %f;
-	for my $source (qw(producer transactions))
+	for my $floor ([ floor => 'producer' ], [ txn_floor => 'transactions' ])
 	{
-		my $name = $source eq 'producer' ? 'floor' : 'txn_floor';
+		my ($name, $source) = @$floor;
 		my $l = Bench::Load::run($env, label => "${name}_$label", rate => $rate,
 			seconds => $cfg->{latency_seconds}, source => $source);
-		my $p50 = percentile(0.5, map { $_->[1] } @{ $l->{samples} });
-		$f{$source eq 'producer' ? 'plain_p50' : 'txn_p50'} = $p50;
-		$res->record('modes', "${name}_${label}_p50_ms", 'ms', $run, $p50);
-		$res->record('modes', "${name}_${label}_p99_ms", 'ms', $run,
-			percentile(0.99, map { $_->[1] } @{ $l->{samples} }));
-		next if $source eq 'producer';
+		my @ms = map { $_->[1] } @{ $l->{samples} };
+		$f{$name} = percentile(0.5, @ms);
+		$res->record('modes', "${name}_${label}_p50_ms", 'ms', $run, $f{$name});
+		$res->record('modes', "${name}_${label}_p99_ms", 'ms', $run, percentile(0.99, @ms));
+		next unless defined $l->{commit_ms};
 		$f{commit_ms} = $l->{commit_ms};
-		$res->record('modes', "txn_floor_${label}_commit_ms", 'ms', $run, $l->{commit_ms});
-		$res->record('modes', "txn_floor_${label}_ack_ms", 'ms', $run, $l->{ack_ms});
+		$res->record('modes', "${name}_${label}_${_}", 'ms', $run, $l->{$_}) for qw(commit_ms ack_ms);
 	}
 	return \%f;
 }
