@@ -53,8 +53,15 @@ fault_under_load($node, $cluster, 'whole cluster down 20 s', topic => 'down', fi
 		$restarted - $down, $pending, $up - $restarted);
 });
 
-is(join(',', map { $_->{value} } @{ consume($cluster, 'down_marker') }), 'during the outage',
-	'the event committed during the outage arrives once');
+# Delivered, though perhaps more than once: the worker times out what
+# Kafka did not acknowledge while the cluster elected leaders again, and
+# sends it again (docs/guarantees.md, duplicates after a timeout).
+my @marker = @{ consume($cluster, 'down_marker') };
+my %events = map { ("$_->{value} (outbox-id $_->{id})" => 1) } @marker;
+is_deeply([ map { $_->{value} } @marker[ 0 .. 0 ] ], ['during the outage'],
+	'the event committed during the outage arrives');
+is(scalar keys %events, 1, 'each copy of it is that one event: ' . join(', ', sort keys %events));
+diag('FIGURES whole cluster down: copies of the event committed during the outage=' . scalar @marker);
 my $errors = log_count($node, qr/Kafka error/, $offset);
 diag("FIGURES whole cluster down: 'Kafka error' log lines=$errors");
 ok($errors >= 1, 'the outage is logged');
