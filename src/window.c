@@ -132,67 +132,6 @@ outbox_window_discard(OutboxWindow *window, OutboxBatch *batch)
 	pfree(chunk);
 }
 
-static int
-compare_id(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = ((const OutboxEvent *) b)->id;
-
-	return (x > y) - (x < y);
-}
-
-static bool
-unsettled_in(Chunk *chunk, int64 id)
-{
-	OutboxEvent *found;
-
-	if (chunk->batch.nevents == 0 || id < chunk->batch.events[0].id ||
-		id > chunk->batch.events[chunk->batch.nevents - 1].id)
-		return false;
-	found = bsearch(&id, chunk->batch.events, chunk->batch.nevents,
-					sizeof(OutboxEvent), compare_id);
-
-	return found != NULL && !found->settled;
-}
-
-static bool
-known(OutboxWindow *window, Oid extension_oid, int64 id)
-{
-	dlist_iter	iter;
-
-	dlist_foreach(iter, &window->chunks)
-	{
-		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
-
-		/* ids start again at 1 in a re-created extension: not the same events */
-		if (chunk->batch.extension_oid == extension_oid && unsettled_in(chunk, id))
-			return true;
-	}
-	return false;
-}
-
-/*
- * A read starts below the window when an open transaction holds a lower
- * id: the events read again that are still in the window go.
- */
-void
-outbox_window_drop_known(OutboxWindow *window, OutboxBatch *batch)
-{
-	int			kept = 0;
-
-	if (batch->nevents == 0 || batch->events[0].id > window->max_id)
-		return;
-	batch->bytes = 0;
-	for (int i = 0; i < batch->nevents; i++)
-	{
-		if (known(window, batch->extension_oid, batch->events[i].id))
-			continue;
-		batch->events[kept++] = batch->events[i];
-		batch->bytes += event_bytes(&batch->events[i]);
-	}
-	batch->nevents = kept;
-}
-
 static void
 count_reported(OutboxWindow *window, int reported, int failed)
 {

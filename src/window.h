@@ -23,9 +23,6 @@ extern int	outbox_window_room(OutboxWindow *window, int64 *bytes);
  */
 extern OutboxBatch *outbox_window_new_batch(OutboxWindow *window, MemoryContext *context);
 
-/* Drops the events of a read that are in the window already. */
-extern void outbox_window_drop_known(OutboxWindow *window, OutboxBatch *batch);
-
 /*
  * Takes a batch in before it is produced (its events are "skipped" until
  * produced), or frees one that has nothing to hold.
@@ -78,7 +75,10 @@ extern void outbox_window_settled(OutboxWindow *window, OutboxEvent **events,
 /* The lowest id the window holds unsettled, PG_INT64_MAX if none. */
 extern int64 outbox_window_lowest_id(OutboxWindow *window);
 
-/* The ids of the unsettled events read from extension_oid (palloc'd). */
+/*
+ * The ids of the unsettled events read from extension_oid (palloc'd): a
+ * read pinned below them leaves them out (queue.c), or they go out twice.
+ */
 extern int	outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid,
 										int64 **ids);
 

@@ -791,7 +791,6 @@ read_and_produce(WorkerState *st)
 		outbox_window_discard(st->window, batch);
 		return;
 	}
-	outbox_window_drop_known(st->window, batch);
 	/* a read that found only what the window holds waits for a wake-up */
 	st->read_wanted = batch->more && batch->nevents > 0;
 	if (batch->nevents == 0 || !outbox_wait_durable(batch->visible_lsn, batch->async_commits_lsn))
