@@ -36,6 +36,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -65,6 +66,17 @@ static SPIPlanPtr extension_plan = NULL;
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
 static Oid	plans_table = InvalidOid;	/* the outbox table the plans name */
+
+/*
+ * Whether the extension must be looked up again before the plans are used:
+ * set when the plans' table is invalidated (DROP EXTENSION drops it), and
+ * checked at least this often anyway (a table taken out of the extension
+ * before the DROP is not invalidated). A lookup by name is a catalog index
+ * scan, which every read made before: 5 % of a busy worker's samples.
+ */
+static bool extension_unverified = true;
+static TimestampTz extension_verified_at = 0;
+#define EXTENSION_RECHECK_MS 1000
 
 /* The id space of this extension's ids (outbox_instance), and its timeline. */
 static char instance_id[64] = "";
@@ -403,6 +415,33 @@ load_instance(void)
 	instance_timeline = timeline;
 }
 
+static void
+table_invalidated(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == plans_table)
+		extension_unverified = true;
+}
+
+/* Whether the plans are known to be of the extension as it is. */
+static bool
+extension_still_verified(void)
+{
+	static bool callback_registered = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(table_invalidated, (Datum) 0);
+		callback_registered = true;
+	}
+	if (!extension_unverified && OidIsValid(plans_extension_oid) &&
+		!TimestampDifferenceExceeds(extension_verified_at, now, EXTENSION_RECHECK_MS))
+		return true;
+	extension_unverified = false;
+	extension_verified_at = now;
+	return false;
+}
+
 /*
  * Finds the extension in this database; (re)prepares the plans if it was
  * created again (the read then sees that the cursor is of another
@@ -417,10 +456,14 @@ find_extension(void)
 	char	   *version;
 	bool		isnull;
 
-	/* the cheap check every step; SQL only when the extension changed */
+	if (extension_still_verified())
+		return true;
+	/* the cheap check; SQL only when the extension changed */
 	extension_oid = get_extension_oid("outbox", true);
 	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
 		return true;
+	/* none are valid now; an error below leaves none, and the next step looks again */
+	forget_plans();
 
 	if (extension_plan == NULL)
 		extension_plan = prepare("SELECT e.oid, n.nspname, e.extversion FROM pg_catalog.pg_extension e"
@@ -429,11 +472,7 @@ find_extension(void)
 	if (SPI_execute_plan(extension_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: looking up the extension failed");
 	if (SPI_processed == 0)
-	{
-		if (OidIsValid(plans_extension_oid))
-			forget_plans();
 		return false;
-	}
 
 	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 												   SPI_tuptable->tupdesc, 1, &isnull));
@@ -446,7 +485,6 @@ find_extension(void)
 						version, OUTBOX_VERSION),
 				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
 						 get_database_name(MyDatabaseId))));
-	forget_plans();
 	prepare_plans(schema);
 	plans_table = get_relname_relid("outbox", get_namespace_oid(schema, false));
 	plans_extension_oid = extension_oid;
