@@ -45,8 +45,10 @@
 
 typedef struct Plans
 {
+	SPIPlanPtr	read_fresh;		/* next events of a shard with no retry */
 	SPIPlanPtr	read;			/* next events, no key held back */
 	SPIPlanPtr	read_holding;	/* next events, keys behind a retry skipped */
+	SPIPlanPtr	any_retry;		/* whether any event has a retry time */
 	SPIPlanPtr	held_min;		/* the lowest id waiting for its retry time */
 	SPIPlanPtr	any_due_keyed;	/* the lowest keyed retry now due */
 	SPIPlanPtr	due_keyed_min;	/* the same, not in flight */
@@ -115,8 +117,10 @@ free_plan(SPIPlanPtr *plan)
 static void
 forget_plans(void)
 {
+	free_plan(&plans.read_fresh);
 	free_plan(&plans.read);
 	free_plan(&plans.read_holding);
+	free_plan(&plans.any_retry);
 	free_plan(&plans.held_min);
 	free_plan(&plans.any_due_keyed);
 	free_plan(&plans.due_keyed_min);
@@ -211,6 +215,22 @@ read_sql(const char *s, const char *hold)
 }
 
 /*
+ * The read of a shard in which no event has a retry time (nearly always):
+ * the second part of the read above alone, one index scan; a busy worker
+ * starts its reads' executors hundreds of times a second.
+ */
+static char *
+read_fresh_sql(const char *s)
+{
+	return psprintf("SELECT %s FROM %s.outbox o"
+					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
+					" AND (o.next_attempt_at IS NULL"
+					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					" ORDER BY o.id LIMIT $3",
+					read_columns(), s);
+}
+
+/*
  * A keyed event waits behind an earlier one of its key that waits for its
  * retry: the install script's outbox_held_by() says which (the one
  * definition, which outbox_explain() uses too). The planner inlines it;
@@ -232,6 +252,7 @@ prepare_read_plans(const char *s)
 	Oid			due_args[] = {INT4OID, INT8ARRAYOID};
 	char	   *holding = psprintf(HOLD_SQL, s);
 
+	plans.read_fresh = prepare_with(read_fresh_sql(s), 3, read_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.read = prepare_with(read_sql(s, ""), 3, read_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.read_holding = prepare_with(read_sql(s, holding), 3, read_args,
 									  CURSOR_OPT_GENERIC_PLAN);
@@ -239,6 +260,10 @@ prepare_read_plans(const char *s)
 	plans.due_keyed_min = prepare(psprintf(DUE_KEYED_SQL, s,
 										   " AND id OPERATOR(pg_catalog.<>) ALL ($2)"),
 								  2, due_args);
+	plans.any_retry = prepare(psprintf(
+									   "SELECT EXISTS (SELECT FROM %s.outbox"
+									   " WHERE shard" EQ "$1 AND next_attempt_at IS NOT NULL)", s),
+							  1, shard_arg);
 	plans.held_min = prepare(psprintf(
 									  "SELECT pg_catalog.min(id) FROM %s.outbox"
 									  " WHERE shard" EQ "$1"
@@ -703,10 +728,27 @@ read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 
 }
 
 /*
- * Whether any event of the shard waits for its retry: only then must the
- * read look up each candidate's key. Every read looks (an operator may set
- * retry times too); with no event waiting, the look is one descent of the
- * empty partial retry index.
+ * Whether any event of the shard has a retry time, due or not: one descent
+ * of the partial retry index, usually empty. Without one, nothing is held
+ * and nothing below the scan start is due, so the read needs neither its
+ * look-ups nor its second index scan. Every read looks (an operator may
+ * set retry times too), on a snapshot taken before the read's: a retry
+ * time set in between is seen by the next read.
+ */
+static bool
+any_retry(int shard)
+{
+	Datum		args[1] = {Int32GetDatum(shard)};
+	bool		isnull;
+
+	if (SPI_execute_plan(plans.any_retry, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "outbox: looking for events with a retry time failed");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Whether any event of the shard (one with retry times) waits for its
+ * retry: only then must the read look up each candidate's key.
  */
 static bool
 any_held(int shard)
@@ -768,7 +810,7 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 	bool		isnull;
 	Datum		min_id;
 
-	/* usually no retry at all: one descent of the empty retry index */
+	/* usually none is due: one descent of the small retry index */
 	if (SPI_execute_plan(plans.any_due_keyed, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events due for a retry failed");
 	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -799,11 +841,11 @@ in_flight_from(int64 scan_from, const int64 *window_ids, int nwindow, int64 **sk
 }
 
 /*
- * Runs the read, holding keys back or not, for up to the receiver's limit
+ * Runs a read plan for up to the receiver's limit
  * of events besides those it leaves out; its rows go to the receiver.
  */
 static void
-execute_read(int shard, int64 scan_from, bool holding, ReadReceiver *receiver)
+execute_read(SPIPlanPtr plan, int shard, int64 scan_from, ReadReceiver *receiver)
 {
 	static const Oid types[] = {INT4OID, INT8OID, INT4OID};
 	Datum		args[3];
@@ -812,7 +854,6 @@ execute_read(int shard, int64 scan_from, bool holding, ReadReceiver *receiver)
 	args[0] = Int32GetDatum(shard);
 	args[1] = Int64GetDatum(scan_from);
 	args[2] = Int32GetDatum(receiver->limit + receiver->nskip);
-	plan_by_index_only();
 	options.params = makeParamList(lengthof(args));
 	for (int i = 0; i < (int) lengthof(args); i++)
 	{
@@ -823,7 +864,7 @@ execute_read(int shard, int64 scan_from, bool holding, ReadReceiver *receiver)
 	}
 	options.read_only = true;
 	options.dest = &receiver->pub;
-	if (SPI_execute_plan_extended(holding ? plans.read_holding : plans.read, &options) < 0)
+	if (SPI_execute_plan_extended(plan, &options) < 0)
 		elog(ERROR, "outbox: reading a batch failed");
 }
 
@@ -833,7 +874,8 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 				  int limit, int64 max_bytes, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
-	bool		holding;
+	bool		retries;
+	SPIPlanPtr	plan;
 	ReadReceiver *receiver;
 	OutboxAsyncCommits async;
 	int64	   *skip;
@@ -849,15 +891,19 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
 	batch->instance = MemoryContextStrdup(batch_context, instance_id);
-	holding = any_held(shard);
+	/* the read's statements, its look for retries first */
+	plan_by_index_only();
+	retries = any_retry(shard);
+	plan = !retries ? plans.read_fresh : any_held(shard) ? plans.read_holding : plans.read;
 
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation, &async);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
 	batch->async_commits_lsn = outbox_async_flush_target(&async);
 	batch->async_commits_ended = async.ended;
-	batch->scan_from = Min(Min(cursor, batch->floor),
-						   due_keyed_retry(shard, window_ids, nwindow));
+	batch->scan_from = Min(cursor, batch->floor);
+	if (retries)
+		batch->scan_from = Min(batch->scan_from, due_keyed_retry(shard, window_ids, nwindow));
 	if (batch->rewind_generation != rewind_generation ||
 		cursor_extension != plans_extension_oid)
 		batch->scan_from = 0;
@@ -866,7 +912,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 		nwindow = 0;
 	nskip = in_flight_from(batch->scan_from, window_ids, nwindow, &skip);
 	receiver = read_receiver(batch, batch_context, limit, max_bytes, skip, nskip);
-	execute_read(shard, batch->scan_from, holding, receiver);
+	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);
 	PopActiveSnapshot();		/* the floor's snapshot */
 	end_step(batch_context);
