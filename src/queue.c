@@ -727,6 +727,17 @@ read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 
 	return r;
 }
 
+/* The one value a read-only statement of one shard returns. */
+static Datum
+shard_value(SPIPlanPtr plan, int shard, bool *isnull, const char *what)
+{
+	Datum		args[1] = {Int32GetDatum(shard)};
+
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "outbox: %s failed", what);
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+}
+
 /*
  * Whether any event of the shard has a retry time, due or not: one descent
  * of the partial retry index, usually empty. Without one, nothing is held
@@ -738,12 +749,10 @@ read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 
 static bool
 any_retry(int shard)
 {
-	Datum		args[1] = {Int32GetDatum(shard)};
 	bool		isnull;
 
-	if (SPI_execute_plan(plans.any_retry, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox: looking for events with a retry time failed");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return DatumGetBool(shard_value(plans.any_retry, shard, &isnull,
+									"looking for events with a retry time"));
 }
 
 /*
@@ -753,12 +762,9 @@ any_retry(int shard)
 static bool
 any_held(int shard)
 {
-	Datum		args[1] = {Int32GetDatum(shard)};
 	bool		isnull;
 
-	if (SPI_execute_plan(plans.held_min, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox: reading events waiting for a retry failed");
-	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	(void) shard_value(plans.held_min, shard, &isnull, "reading events waiting for a retry");
 	return !isnull;
 }
 
@@ -1130,18 +1136,13 @@ int64
 outbox_pending_count(int shard)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
-	Datum		args[1] = {Int32GetDatum(shard)};
 	int64		count = 0;
 	bool		isnull;
 
 	begin_step("outbox: counting pending events");
 	if (find_extension())
-	{
-		if (SPI_execute_plan(plans.pending, args, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "outbox: counting pending events failed");
-		count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-											1, &isnull));
-	}
+		count = DatumGetInt64(shard_value(plans.pending, shard, &isnull,
+										  "counting pending events"));
 	end_step(caller_context);
 	return count;
 }
