@@ -180,6 +180,18 @@ read_columns(void)
 	return list.data;
 }
 
+/* Everything due from the scan start on: the read's second place below. */
+static char *
+read_from_sql(const char *s, const char *hold)
+{
+	return psprintf("SELECT %s FROM %s.outbox o"
+					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
+					" AND (o.next_attempt_at IS NULL"
+					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					"%s ORDER BY o.id LIMIT $3",
+					read_columns(), s, hold);
+}
+
 /*
  * The read: the lowest due ids of a shard that are not behind a retry of
  * their key, in id order, from two places:
@@ -196,38 +208,15 @@ read_columns(void)
 static char *
 read_sql(const char *s, const char *hold)
 {
-	char	   *columns = read_columns();
-
 	return psprintf("SELECT * FROM ("
 					"(SELECT %s FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.next_attempt_at IS NOT NULL"
 					" AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
 					" AND o.id OPERATOR(pg_catalog.<) $2"
 					"%s ORDER BY o.id LIMIT $3)"
-					" UNION ALL"
-					" (SELECT %s FROM %s.outbox o"
-					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
-					" AND (o.next_attempt_at IS NULL"
-					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					"%s ORDER BY o.id LIMIT $3)"
+					" UNION ALL (%s)"
 					") r ORDER BY r.id LIMIT $3",
-					columns, s, hold, columns, s, hold);
-}
-
-/*
- * The read of a shard in which no event has a retry time (nearly always):
- * the second part of the read above alone, one index scan; a busy worker
- * starts its reads' executors hundreds of times a second.
- */
-static char *
-read_fresh_sql(const char *s)
-{
-	return psprintf("SELECT %s FROM %s.outbox o"
-					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
-					" AND (o.next_attempt_at IS NULL"
-					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
-					" ORDER BY o.id LIMIT $3",
-					read_columns(), s);
+					read_columns(), s, hold, read_from_sql(s, hold));
 }
 
 /*
@@ -252,7 +241,8 @@ prepare_read_plans(const char *s)
 	Oid			due_args[] = {INT4OID, INT8ARRAYOID};
 	char	   *holding = psprintf(HOLD_SQL, s);
 
-	plans.read_fresh = prepare_with(read_fresh_sql(s), 3, read_args, CURSOR_OPT_GENERIC_PLAN);
+	/* a shard in which no event has a retry time (nearly always): one index scan */
+	plans.read_fresh = prepare_with(read_from_sql(s, ""), 3, read_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.read = prepare_with(read_sql(s, ""), 3, read_args, CURSOR_OPT_GENERIC_PLAN);
 	plans.read_holding = prepare_with(read_sql(s, holding), 3, read_args,
 									  CURSOR_OPT_GENERIC_PLAN);
