@@ -28,7 +28,7 @@ KEY=$KAFKA; [ "$PARTS" != ",debezium" ] || KEY=debezium
 OUT=$(realpath -m "$OUT"); [ -z "$LOG_COPY" ] || LOG_COPY=$(realpath -m "$LOG_COPY")
 
 ensure_packages
-[ "$KAFKA" != real ] || ensure_kafka_jars
+[ "$KAFKA" != real ] || { ensure_kafka_jars; ensure_js_packages; }
 case "$PARTS," in *,debezium,*) ensure_debezium_jars ;; esac
 log "building the module, the broker and the helpers"
 make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null

@@ -67,6 +67,15 @@ ensure_pinned_jars() {
   chmod -R a+rX "$CACHE"
 }
 
+# kafkajs and the CloudEvents SDK, exactly as tools/js/package-lock.json
+# pins them: the tests' second Kafka client, and what creates topics on a
+# real cluster (t/KafkaCluster.pm). Again only when the lock changed.
+ensure_js_packages() {
+  [ ! "$ROOT/tools/js/node_modules/.package-lock.json" -nt "$ROOT/tools/js/package-lock.json" ] || return 0
+  log "installing tools/js's packages (npm ci)"
+  (cd "$ROOT/tools/js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+}
+
 # Kafka's jars, for the real-Kafka tier, the demo and the benchmark.
 ensure_kafka_jars() { ensure_pinned_jars kafka "$OUTBOX_KAFKA_LIBS"; }
 
@@ -93,3 +102,26 @@ make_workdir() {
 }
 
 as_user() { runuser -u "$RUN_USER" -- "$@"; }
+
+# start_kafka_in_background TREE DIR [--topic NAME:PARTITIONS]...: a real
+# three-broker cluster in DIR (TREE/tools/kafka/cluster.pl, run as the
+# unprivileged user, who must be able to read TREE). It writes its
+# bootstrap list to DIR.bootstrap once the topics exist, its output to
+# DIR.log, and stops when its stdin closes: a FIFO this shell holds open
+# on fd 3 until stop_kafka_in_background or its exit.
+KAFKA_PID=""
+start_kafka_in_background() {
+  local tree=$1 dir=$2; shift 2
+  mkfifo "$dir.in"
+  chown "$RUN_USER" "$dir.in"
+  as_user env OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" perl "$tree/tools/kafka/cluster.pl" \
+    --dir "$dir" --bootstrap-file "$dir.bootstrap" "$@" <"$dir.in" >"$dir.log" 2>&1 &
+  KAFKA_PID=$!
+  exec 3>"$dir.in"
+  cleanup_push stop_kafka_in_background
+}
+stop_kafka_in_background() {
+  exec 3>&-
+  [ -z "$KAFKA_PID" ] || wait "$KAFKA_PID" || true
+  KAFKA_PID=""
+}

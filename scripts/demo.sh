@@ -41,23 +41,20 @@ start_mock_kafka() {
   cleanup_push "kill $!"
 }
 
-# Real Kafka, as the unprivileged user, from a copy of the two files it
-# needs (the tree may not be readable by that user). cluster.pl stops its
-# brokers when its stdin closes: this shell holds a FIFO open on fd 3 and
-# closes it at exit, then waits for the brokers to be gone.
+# Real Kafka, as the unprivileged user, from a copy of the files it needs
+# (the tree may not be readable by that user).
 start_real_kafka() {
   log "starting Apache Kafka 4.4 (3 KRaft brokers, replication factor 3, min.insync.replicas 2)"
+  ensure_js_packages
   mkdir -p "$WORK/kafka-tools/tools/kafka" "$WORK/kafka-tools/t"
   cp "$ROOT/tools/kafka/cluster.pl" "$WORK/kafka-tools/tools/kafka/"
+  cp -a "$ROOT/tools/js" "$WORK/kafka-tools/tools/"
   cp "$ROOT/t/KafkaCluster.pm" "$WORK/kafka-tools/t/"
-  mkfifo "$WORK/kafka.in"
-  chown -R "$RUN_USER" "$WORK/kafka-tools" "$WORK/kafka.in"
-  as_user env OUTBOX_KAFKA_LIBS="$OUTBOX_KAFKA_LIBS" perl "$WORK/kafka-tools/tools/kafka/cluster.pl" \
-    --dir "$WORK/kafka" --topic orders:3 --topic payments:3 --topic latency:1 \
-    --bootstrap-file "$WORK/bootstrap" <"$WORK/kafka.in" >"$WORK/broker.log" 2>&1 &
-  local pid=$!
-  exec 3>"$WORK/kafka.in"
-  cleanup_push "exec 3>&-; wait $pid"
+  chown -R "$RUN_USER" "$WORK/kafka-tools"
+  start_kafka_in_background "$WORK/kafka-tools" "$WORK/kafka" \
+    --topic orders:3 --topic payments:3 --topic latency:1
+  ln -s "$WORK/kafka.bootstrap" "$WORK/bootstrap"
+  ln -s "$WORK/kafka.log" "$WORK/broker.log"
 }
 
 start_${KAFKA}_kafka

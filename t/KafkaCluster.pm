@@ -22,6 +22,7 @@ use strict;
 use warnings;
 
 use Exporter qw(import);
+use File::Basename ();
 use File::Path qw(make_path);
 use IO::Socket::INET;
 use IPC::Run;
@@ -41,6 +42,7 @@ my @BROKER_JVM = ('-Xms384m', '-Xmx384m', '-XX:+UseG1GC', '-XX:MaxGCPauseMillis=
 my @TOOL_JVM = ('-Xmx256m', '-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1');
 
 my @clusters;
+my $CREATE_TOPICS = File::Basename::dirname(__FILE__) . '/../tools/js/create-topics.js';
 END { local $?; $_->stop for @clusters; }
 
 # start_kafka_cluster(dir => DIR, security => 0|1, acls => 0|1,
@@ -71,6 +73,20 @@ sub start_kafka_cluster
 	$self->_wait_brokers(3, 120) or die "Kafka cluster did not come up: see $self->{dir}\n";
 	$self->{startup_s} = Time::HiRes::time() - $started;
 	return $self;
+}
+
+# attach_kafka_cluster(BOOTSTRAP): a running cluster someone else started
+# and stops (tools/kafka/cluster.pl in scripts/test.sh), for what needs
+# only its listeners: topics, metadata, clients. Its brokers cannot be
+# stopped, killed or paused from here.
+sub attach_kafka_cluster
+{
+	my ($bootstrap) = @_;
+	my @ports = map { /^127\.0\.0\.1:(\d+)$/ ? $1 : die "attach_kafka_cluster: not a loopback listener: $_\n" }
+	  split /,/, $bootstrap;
+	die "attach_kafka_cluster: expected three brokers in $bootstrap\n" unless @ports == 3;
+	return bless { nodes => [ undef, map { { id => $_, plain => $ports[ $_ - 1 ] } } 1 .. 3 ] },
+	  'KafkaCluster';
 }
 
 sub bootstrap { my ($self) = @_; return join ',', map { "127.0.0.1:$_->{plain}" } @{ $self->_nodes }; }
@@ -389,23 +405,16 @@ sub start_broker
 	  or die "brokers @ids did not rejoin";
 }
 
-# All at once: one by one, the last would wait for a quorum that is gone.
-# Nothing is kept, so a broker still closing after 15 s is killed.
+# The end of a test: nothing of the cluster is kept, so there is nothing
+# to hand over. SIGTERM would cost 15 s: the brokers stopped last wait in
+# their controlled shutdown for a controller quorum the first ones took
+# away.
 sub stop
 {
 	my ($self) = @_;
 	my @running = grep { $self->{nodes}[$_] && $self->{nodes}[$_]{pid} } 1 .. 3;
-	for my $i (@running)
-	{
-		kill 'CONT', $self->{nodes}[$i]{pid};
-		kill 'TERM', $self->{nodes}[$i]{pid};
-	}
-	for my $i (@running)
-	{
-		next if $self->_reap($i, 15);
-		kill 'KILL', $self->{nodes}[$i]{pid};
-		$self->_reap($i, 30);
-	}
+	kill 'KILL', $self->{nodes}[$_]{pid} for @running;
+	$self->_reap($_, 30) for @running;
 }
 
 # ---- metadata and administration -----------------------------------------
@@ -492,15 +501,44 @@ sub tool
 sub create_topic
 {
 	my ($self, $topic, %o) = @_;
+	$self->create_topics([ $topic, %o ]);
+}
+
+# create_topics([name, options], ...): create_topic for each, in one
+# request of tools/js/create-topics.js.
+sub create_topics
+{
+	my ($self, @topics) = @_;
+	my $spec = JSON::PP::encode_json([ map { _topic_spec(@$_) } @topics ]);
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', $CREATE_TOPICS, $self->bootstrap ],
+		'<', \$spec, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "creating topics failed: $err";
+	for (@topics)
+	{
+		my ($topic, %o) = @$_;
+		my $replicas = $o{assignment} ? scalar @{ $o{assignment}[0] } : $o{replication} // 3;
+		$self->wait_topic($topic, $replicas) or die "topic $topic has no leaders";
+	}
+}
+
+sub _topic_spec
+{
+	my ($topic, %o) = @_;
 	my %config = %{ $o{config} // {} };
-	my @placement = $o{assignment}
-	  ? ('--replica-assignment', join(',', map { join(':', @$_) } @{ $o{assignment} }))
-	  : ('--partitions', $o{partitions} // 3, '--replication-factor', $o{replication} // 3);
-	$self->tool('org.apache.kafka.tools.TopicCommand', '--bootstrap-server', $self->bootstrap,
-		'--create', '--topic', $topic, @placement,
-		map { ('--config', "$_=$config{$_}") } sort keys %config);
-	my $replicas = $o{assignment} ? scalar @{ $o{assignment}[0] } : $o{replication} // 3;
-	$self->wait_topic($topic, $replicas) or die "topic $topic has no leaders";
+	my %spec = (topic => $topic,
+		configEntries => [ map { { name => $_, value => "$config{$_}" } } sort keys %config ]);
+	if ($o{assignment})
+	{
+		my $p = 0;
+		$spec{replicaAssignment} = [ map { { partition => $p++, replicas => $_ } } @{ $o{assignment} } ];
+	}
+	else
+	{
+		$spec{numPartitions} = $o{partitions} // 3;
+		$spec{replicationFactor} = $o{replication} // 3;
+	}
+	return \%spec;
 }
 
 # Grants $principal (User:NAME) $operation on topic $topic via AclCommand.

@@ -70,16 +70,33 @@ sub start_real_kafka
 {
 	my (%opts) = @_;
 	my $topics = delete $opts{topics} // [];
+	return _shared_kafka($topics) if $ENV{OUTBOX_TEST_KAFKA_BOOTSTRAP} && !%opts;
 	my $dir = sprintf('%s/kafka_%s_%d_%d', $PostgreSQL::Test::Utils::tmp_check,
 		basename($0, '.pl'), $$, ++$clusters);
 	my $cluster = KafkaCluster::start_kafka_cluster(%opts, dir => $dir);
 	note(sprintf('Kafka cluster at %s, up in %.1f s', $cluster->bootstrap, $cluster->startup_s));
-	for (@$topics)
-	{
-		my ($topic, $partitions) = split /:/;
-		$cluster->create_topic($topic, partitions => $partitions // 1);
-	}
+	$cluster->create_topics(_topic_specs($topics));
 	return $cluster;
+}
+
+# OUTBOX_TEST_KAFKA_BOOTSTRAP: the cluster scripts/test.sh started for the
+# tests that need no cluster of their own (saves each one the start of
+# three JVMs). Their topic names differ, so they share it.
+sub _shared_kafka
+{
+	my ($topics) = @_;
+	my $cluster = KafkaCluster::attach_kafka_cluster($ENV{OUTBOX_TEST_KAFKA_BOOTSTRAP});
+	note('Kafka cluster at ' . $cluster->bootstrap . ' (shared)');
+	$cluster->create_topics(_topic_specs($topics));
+	return $cluster;
+}
+
+sub _topic_specs
+{
+	return map {
+		my ($topic, $partitions) = split /:/;
+		[ $topic, partitions => $partitions // 1 ]
+	} @{ $_[0] };
 }
 
 package OutboxTest::Broker;
