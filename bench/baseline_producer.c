@@ -10,7 +10,8 @@
  *
  * Usage:
  *   baseline-producer -b BROKERS -t TOPIC [-n COUNT] [-s BYTES] [-k KEYS]
- *                     [-r RATE [-x TRANSACTIONAL_ID]] [-X name=value]...
+ *                     [-r RATE [-x TRANSACTIONAL_ID [-l FILE]]]
+ *                     [-X name=value]...
  *
  *   -n COUNT   messages to send (default 500000)
  *   -s BYTES   value size (default 200)
@@ -24,6 +25,12 @@
  *              their acknowledgements and commits; what falls due meanwhile
  *              waits for the next one. Each value is then the time the
  *              message fell due, so that waiting counts as latency.
+ *   -l FILE    with -x: one line per transaction into FILE, "FIRST LAST
+ *              COMMITTED": the Unix times in microseconds its first and
+ *              last message fell due and its commit returned, so that a
+ *              consumer's receive times tell how long committed records
+ *              took to become visible (read_committed waits for the
+ *              commit markers, written after EndTxn returns)
  *   -X         any other librdkafka property, may be repeated
  *
  * Prints one line:
@@ -86,8 +93,8 @@ static void set(rd_kafka_conf_t *conf, const char *name, const char *value)
 static void usage(void)
 {
     fprintf(stderr, "usage: baseline-producer -b BROKERS -t TOPIC [-n COUNT] "
-                    "[-s BYTES] [-k KEYS] [-r RATE [-x TRANSACTIONAL_ID]] "
-                    "[-X name=value]...\n");
+                    "[-s BYTES] [-k KEYS] [-r RATE [-x TRANSACTIONAL_ID "
+                    "[-l FILE]]] [-X name=value]...\n");
     exit(2);
 }
 
@@ -194,7 +201,8 @@ static void send_plain(rd_kafka_t *rk, rd_kafka_topic_t *rkt, long count,
  */
 static void send_transactions(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
                               long count, long keys, double rate,
-                              double start, char *figures, size_t room)
+                              double start, FILE *log, char *figures,
+                              size_t room)
 {
     double unix_start = unix_now() - (now_s() - start);
     double *commit_ms = malloc(sizeof(double) * count);
@@ -204,6 +212,7 @@ static void send_transactions(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
 
     for (long i = 0; i < count; txns++) {
         double produced, acknowledged;
+        long first = i;
 
         wait_until(rk, start + i / rate);
         check(rd_kafka_begin_transaction(rk), "begin_transaction");
@@ -217,6 +226,11 @@ static void send_transactions(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
         check(rd_kafka_commit_transaction(rk, -1), "commit_transaction");
         ack_ms[txns] = (acknowledged - produced) * 1000;
         commit_ms[txns] = (now_s() - acknowledged) * 1000;
+        if (log)
+            fprintf(log, "%lld %lld %lld\n",
+                    (long long)((unix_start + first / rate) * 1e6),
+                    (long long)((unix_start + (i - 1) / rate) * 1e6),
+                    (long long)(unix_now() * 1e6));
     }
     snprintf(figures, room, " transactions=%ld commit_ms_p50=%.3f ack_ms_p50=%.3f",
              txns, median(commit_ms, txns), median(ack_ms, txns));
@@ -250,6 +264,8 @@ int main(int argc, char **argv)
     const char *brokers = NULL;
     const char *topic = NULL;
     const char *transactional_id = NULL;
+    const char *log_path = NULL;
+    FILE *log = NULL;
     long count = 500000;
     long size = 200;
     long keys = 1000;
@@ -265,7 +281,7 @@ int main(int argc, char **argv)
     set(conf, "enable.idempotence", "true");
     set(conf, "linger.ms", "5");
     set(conf, "partitioner", "murmur2_random");
-    while ((opt = getopt(argc, argv, "b:t:n:s:k:r:x:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:s:k:r:x:l:X:")) != -1) {
         switch (opt) {
         case 'b':
             brokers = optarg;
@@ -288,6 +304,9 @@ int main(int argc, char **argv)
         case 'x':
             transactional_id = optarg;
             break;
+        case 'l':
+            log_path = optarg;
+            break;
         case 'X': {
             char *eq = strchr(optarg, '=');
 
@@ -302,8 +321,12 @@ int main(int argc, char **argv)
         }
     }
     if (!brokers || !topic || count <= 0 || size < 0 || keys < 0 || rate < 0 ||
-        (transactional_id && rate == 0))
+        (transactional_id && rate == 0) || (log_path && !transactional_id))
         usage();
+    if (log_path && !(log = fopen(log_path, "w"))) {
+        fprintf(stderr, "baseline-producer: %s: %s\n", log_path, strerror(errno));
+        return 2;
+    }
     set(conf, "bootstrap.servers", brokers);
     if (transactional_id)
         set(conf, "transactional.id", transactional_id);
@@ -321,7 +344,7 @@ int main(int argc, char **argv)
 
     start = now_s();
     if (transactional_id)
-        send_transactions(rk, rkt, count, keys, rate, start, figures,
+        send_transactions(rk, rkt, count, keys, rate, start, log, figures,
                           sizeof(figures));
     else
         send_plain(rk, rkt, count, size, keys, rate, start);
@@ -334,6 +357,10 @@ int main(int argc, char **argv)
     if (failed)
         fprintf(stderr, "baseline-producer: %ld failed, first: %s\n", failed,
                 first_error);
+    if (log && fclose(log) != 0) {
+        fprintf(stderr, "baseline-producer: %s: %s\n", log_path, strerror(errno));
+        return 2;
+    }
     rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);
     return failed ? 1 : 0;

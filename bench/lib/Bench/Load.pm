@@ -39,7 +39,10 @@ use constant SEGMENT_MESSAGES => 15000;
 # Returns { samples => [[receive time, ms]], committed, received, bad,
 #           tps, t0 (Unix s), segments }, and for 'transactions'
 #           commit_ms and ack_ms: the median over segments of each one's
-#           median commit (EndTxn) and wait for acknowledgements.
+#           median commit (EndTxn) and wait for acknowledgements, and over
+#           the messages due_to_commit_ms (from falling due to its
+#           transaction's commit returning) and commit_to_visible_ms (from
+#           there to the consumer: the commit markers' way).
 sub run
 {
 	my ($env, %o) = @_;
@@ -52,7 +55,7 @@ sub run
 	my $n = POSIX::ceil($o{seconds} / $seg);
 	my $len = POSIX::floor($o{seconds} / $n) || 1;
 	my %r = (samples => [], committed => 0, received => 0, bad => 0, segments => $n);
-	my (@tps, @pending, %txn);
+	my (@tps, @pending, %txn, @commits);
 	# fresh topics, known to the worker's producer (pg_outbox) before the
 	# load: a producer first learns a new topic's partitions, which holds
 	# its first messages and, in a stop-and-wait worker, the others behind
@@ -75,6 +78,7 @@ sub run
 		$c->{count} = $res->{count};
 		push @tps, $res->{tps};
 		push @{ $txn{$_} }, $res->{$_} for grep { defined $res->{$_} } qw(commit_ms ack_ms);
+		push @commits, @{ $res->{commits} // [] };
 		# the segment's events are the outbox's ids up to here
 		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
 		push @pending, $c;
@@ -87,7 +91,34 @@ sub run
 	$sum += $_ for @tps;
 	$r{tps} = $sum / @tps;
 	$r{$_} = Bench::Stats::percentile(0.5, @{ $txn{$_} }) for keys %txn;
+	commit_visibility(\%r, @commits) if @commits;
 	return \%r;
+}
+
+# Splits each transactional message's latency at its transaction's commit
+# (commits: [first due, last due, committed], Unix microseconds, in order).
+sub commit_visibility
+{
+	my ($r, @commits) = @_;
+	my (@to_commit, @to_visible);
+	for my $s (@{ $r->{samples} })
+	{
+		my ($received, $ms) = @$s;
+		my $due = ($received - $ms / 1000) * 1e6;
+		my ($lo, $hi) = (0, $#commits);
+		while ($lo < $hi)
+		{
+			my $mid = int(($lo + $hi + 1) / 2);
+			if ($commits[$mid][0] <= $due + 2) { $lo = $mid; } else { $hi = $mid - 1; }
+		}
+		my $c = $commits[$lo];
+		next unless $c->[0] <= $due + 2 && $due <= $c->[1] + 2;
+		push @to_commit, ($c->[2] - $due) / 1000;
+		push @to_visible, $received * 1000 - $c->[2] / 1000;
+	}
+	return unless @to_commit;
+	$r->{due_to_commit_ms} = Bench::Stats::percentile(0.5, @to_commit);
+	$r->{commit_to_visible_ms} = Bench::Stats::percentile(0.5, @to_visible);
 }
 
 # A segment's consumer is stopped once the worker delivered every event of
@@ -122,10 +153,11 @@ sub start_source
 				$o->{script} ? $o->{script}->($topic) : $env->latency_script($topic), '-c', $clients, '-j', ($clients > 1 ? 2 : 1),
 				'-R', $o->{rate}, '-T', $len) };
 	}
+	my $commits = $env->file("commits_$topic");
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
 		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0',
-		($o->{source} eq 'transactions' ? ('-x', "bench-floor-$topic") : ()));
-	return { out => $out, kind => 'producer',
+		($o->{source} eq 'transactions' ? ('-x', "bench-floor-$topic", '-l', $commits) : ()));
+	return { out => $out, kind => 'producer', commits => $commits,
 		h => Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>&1') };
 }
 
@@ -141,6 +173,8 @@ sub finish_source
 	my %r = (count => $1, tps => $2);
 	my $rest = $3;
 	$r{$1} = $2 while $rest =~ /\b(commit_ms|ack_ms)_p50=([0-9.]+)/g;
+	$r{commits} = [ map { [ split ' ' ] } split /\n/, Bench::Util::slurp($load->{commits}) ]
+	  if -f $load->{commits};
 	return \%r;
 }
 
