@@ -120,6 +120,16 @@ start_kafka_in_background() {
   exec 3>"$dir.in"
   cleanup_push stop_kafka_in_background
 }
+# wait_for_file FILE: until FILE has content (a broker's bootstrap list)
+# or no background job of this shell runs any more, at most 300 s; fails
+# if FILE is still empty.
+wait_for_file() {
+  for _ in $(seq 3000); do
+    [ -s "$1" ] || [ -z "$(jobs -r)" ] && break
+    sleep 0.1
+  done
+  [ -s "$1" ]
+}
 stop_kafka_in_background() {
   exec 3>&-
   [ -z "$KAFKA_PID" ] || wait "$KAFKA_PID" || true

@@ -59,12 +59,7 @@ start_real_kafka() {
 
 start_${KAFKA}_kafka
 # the mock is up in well under a second; three JVMs take up to a few minutes
-for _ in $(seq 3000); do
-  [ -s "$WORK/bootstrap" ] && break
-  [ -z "$(jobs -r)" ] && { cat "$WORK/broker.log"; echo "DEMO FAILED: the Kafka cluster did not start"; exit 1; }
-  sleep 0.1
-done
-[ -s "$WORK/bootstrap" ] || { cat "$WORK/broker.log"; echo "DEMO FAILED: the Kafka cluster did not start"; exit 1; }
+wait_for_file "$WORK/bootstrap" || { cat "$WORK/broker.log"; echo "DEMO FAILED: the Kafka cluster did not start"; exit 1; }
 BOOTSTRAP=$(cat "$WORK/bootstrap")
 echo "bootstrap servers: $BOOTSTRAP"
 

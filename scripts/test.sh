@@ -96,11 +96,7 @@ fi
 run_tap "pg_regress and the TAP tests on the project's broker" "" "$(echo t/0*.pl)"
 run_tap "the TAP tests on real Kafka clusters" real "$(echo t/1*.pl)" no-regress
 start_kafka_in_background "$WORK/tree" "$WORK/shared_kafka"
-for _ in $(seq 3000); do
-  [ -s "$WORK/shared_kafka.bootstrap" ] || [ -z "$(jobs -r)" ] && break
-  sleep 0.1
-done
-[ -s "$WORK/shared_kafka.bootstrap" ] || { cat "$WORK/shared_kafka.log"; echo "TESTS FAILED: no Kafka cluster"; exit 1; }
+wait_for_file "$WORK/shared_kafka.bootstrap" || { cat "$WORK/shared_kafka.log"; echo "TESTS FAILED: no Kafka cluster"; exit 1; }
 OUTBOX_TEST_KAFKA_BOOTSTRAP=$(cat "$WORK/shared_kafka.bootstrap") \
   run_tap "the tests of the contract again, on one real Kafka cluster" real "$REAL_AGAIN" no-regress
 stop_kafka_in_background
