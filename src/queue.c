@@ -202,8 +202,9 @@ read_from_sql(const char *s, const char *hold)
  * $1 shard, $2 scan start, $3 limit. Planned once (a generic plan): a
  * worker reads hundreds of times a second under load, and planning each
  * read was a third of its main thread's time. The ids the window holds
- * from the scan start on (a read pinned low by an open transaction) are
- * left out by the receiver, not by the query: the limit counts them in.
+ * (found again by a read pinned low by an open transaction, or as due
+ * retries until they are settled) are left out by the receiver, not by
+ * the query: the limit counts them in.
  */
 static char *
 read_sql(const char *s, const char *hold)
@@ -628,7 +629,7 @@ typedef struct ReadReceiver
 	MemoryContext batch_context;
 	int			limit;
 	int64		max_bytes;
-	const int64 *skip;			/* ids in flight, ascending: not copied again */
+	const int64 *skip;			/* the window's ids, ascending: not copied again */
 	int			nskip;
 } ReadReceiver;
 
@@ -642,7 +643,7 @@ outbox_compare_ids(const void *a, const void *b)
 }
 
 static bool
-in_flight(const ReadReceiver *r, int64 id)
+in_window(const ReadReceiver *r, int64 id)
 {
 	return r->nskip > 0 &&
 		bsearch(&id, r->skip, r->nskip, sizeof(int64), outbox_compare_ids) != NULL;
@@ -657,7 +658,7 @@ read_receive(TupleTableSlot *slot, DestReceiver *self)
 	OutboxEvent *event;
 	bool		isnull;
 
-	if (in_flight(r, DatumGetInt64(slot_getattr(slot, COL_ID + 1, &isnull))))
+	if (in_window(r, DatumGetInt64(slot_getattr(slot, COL_ID + 1, &isnull))))
 		return true;
 	/* a row beyond the limit or the bytes: the executor stops here */
 	if (batch->nevents == r->limit)
@@ -820,20 +821,20 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 }
 
 /*
- * The window's events at or above scan_from, ascending: a read pinned
- * below them (by an open transaction) finds them again.
+ * The window's events, ascending: none is read again while it is there.
+ * Each branch of the read can find them: the scan from scan_from when an
+ * open transaction pins it below them, the due retries below scan_from
+ * when a retry is in flight or delivered and not yet settled (its row
+ * still says it is due; in exactly-once mode it stays so until the Kafka
+ * transaction commits).
  */
 static int
-in_flight_from(int64 scan_from, const int64 *window_ids, int nwindow, int64 **skip)
+window_skip(const int64 *window_ids, int nwindow, int64 **skip)
 {
-	int			n = 0;
-
 	*skip = palloc(sizeof(int64) * Max(nwindow, 1));
-	for (int i = 0; i < nwindow; i++)
-		if (window_ids[i] >= scan_from)
-			(*skip)[n++] = window_ids[i];
-	qsort(*skip, n, sizeof(int64), outbox_compare_ids);
-	return n;
+	memcpy(*skip, window_ids, sizeof(int64) * nwindow);
+	qsort(*skip, nwindow, sizeof(int64), outbox_compare_ids);
+	return nwindow;
 }
 
 /*
@@ -906,7 +907,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
 		nwindow = 0;
-	nskip = in_flight_from(batch->scan_from, window_ids, nwindow, &skip);
+	nskip = window_skip(window_ids, nwindow, &skip);
 	receiver = read_receiver(batch, batch_context, limit, max_bytes, skip, nskip);
 	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);

@@ -125,16 +125,7 @@ for my $fault ([ 'leader', sub { $cluster->leader_of('faults', 0) } ],
 }
 my $faults = check_delivery('exactly_once broker kills', committed_of($node, 11, 23),
 	consume($cluster, 'faults', undef, 'read_committed'));
-{
-	# A known defect (stop 29): after a partition leader's broker is killed
-	# mid-transaction, the worker's abort is refused (INVALID_TXN_STATE),
-	# its producer is rebuilt, and a read_committed consumer then sees some
-	# events twice: 8 of 15 kill rounds in a repeated run (37-312 events
-	# each), also with the topics created as before 4f0a76e. Not fixed yet;
-	# the count is in FIGURES below.
-	local $TODO = 'duplicates after an abort refused once a leader was killed';
-	is($faults->{duplicates}, 0, '(b) no duplicate after the leader and coordinator kills');
-}
+is($faults->{duplicates}, 0, '(b) no duplicate after the leader and coordinator kills');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '1', '(b) no new dead letter');
 diag(sprintf('FIGURES exactly_once_broker_kills: leader_drained_s=%s coordinator_drained_s=%s duplicates=%d lost=%d order_violations=%d',
 		$b_figures{leader}, $b_figures{coordinator}, $faults->{duplicates}, $faults->{lost},

@@ -24,7 +24,8 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   committed_events committed_of consume decode_envelope wait_for_empty
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
-  consume_js wait_in_flight fault_under_load first_copies end_offsets_sum);
+  consume_js wait_in_flight fault_under_load first_copies end_offsets_sum
+  commit_one_by_one check_sent_once);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -497,6 +498,36 @@ sub first_copies
 	}
 	return { distinct => scalar keys %seen, duplicates => $duplicates,
 		out_of_order => join(',', sort keys %out_of_order) };
+}
+
+# Commits $n events of $topic one by one, 0.2 s apart (each wakes the
+# worker for a read), valued "$prefix-1".."$prefix-$n", keyed by value;
+# returns the values.
+sub commit_one_by_one
+{
+	my ($node, $topic, $prefix, $n) = @_;
+	my @values;
+	for my $i (1 .. $n)
+	{
+		push @values, "$prefix-$i";
+		$node->safe_psql('postgres', "SELECT outbox_send('$topic', '$prefix-$i', 'k-$prefix-$i')");
+		Time::HiRes::sleep(0.2);
+	}
+	return @values;
+}
+
+# Checks that $topic holds each of @$values (besides $ignore) and none
+# twice; the FIGURES line $label gets the counts.
+sub check_sent_once
+{
+	my ($broker, $topic, $values, $ignore, $label) = @_;
+	my %copies;
+	$copies{ $_->{value} }++ for @{ consume($broker, $topic) };
+	delete $copies{$ignore};
+	is_deeply([ sort keys %copies ], [ sort @$values ], 'every committed event arrived');
+	my @twice = grep { $copies{$_} > 1 } sort keys %copies;
+	diag(sprintf('FIGURES %s: events=%d sent_twice=%d', $label, scalar @$values, scalar @twice));
+	is_deeply(\@twice, [], 'no event was produced twice');
 }
 
 # A fault test's frame: load of 3 sessions from $o{first} into $o{topic}
