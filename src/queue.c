@@ -821,20 +821,25 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 }
 
 /*
- * The window's events, ascending: none is read again while it is there.
- * Each branch of the read can find them: the scan from scan_from when an
- * open transaction pins it below them, the due retries below scan_from
- * when a retry is in flight or delivered and not yet settled (its row
- * still says it is due; in exactly-once mode it stays so until the Kafka
- * transaction commits).
+ * The window's events the read can find, ascending: none is read again
+ * while it is there. The scan from scan_from finds those above it when an
+ * open transaction pins it below them; the due retries below scan_from
+ * (a read with retries) find a retry in flight, or delivered and not yet
+ * settled: its row says it is due until the settle deletes it, in
+ * exactly-once mode until the Kafka transaction commits. Without retries
+ * the steady drain skips nothing (scan_from is above the window).
  */
 static int
-window_skip(const int64 *window_ids, int nwindow, int64 **skip)
+window_skip(int64 scan_from, bool retries, const int64 *window_ids, int nwindow, int64 **skip)
 {
+	int			n = 0;
+
 	*skip = palloc(sizeof(int64) * Max(nwindow, 1));
-	memcpy(*skip, window_ids, sizeof(int64) * nwindow);
-	qsort(*skip, nwindow, sizeof(int64), outbox_compare_ids);
-	return nwindow;
+	for (int i = 0; i < nwindow; i++)
+		if (retries || window_ids[i] >= scan_from)
+			(*skip)[n++] = window_ids[i];
+	qsort(*skip, n, sizeof(int64), outbox_compare_ids);
+	return n;
 }
 
 /*
@@ -907,7 +912,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
 		nwindow = 0;
-	nskip = window_skip(window_ids, nwindow, &skip);
+	nskip = window_skip(batch->scan_from, retries, window_ids, nwindow, &skip);
 	receiver = read_receiver(batch, batch_context, limit, max_bytes, skip, nskip);
 	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);
