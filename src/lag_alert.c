@@ -3,7 +3,9 @@
  *		Tells the server log when a shard falls behind: a WARNING when its
  *		oldest pending event gets older than outbox.lag_warning, a LOG line
  *		when it is back under, never more than one line per shard per
- *		minute, so that a log-based alert fires once per incident.
+ *		outbox.lag_warning (10 s at least), so that a log-based alert
+ *		fires once per incident: whoever alerts on a lag of a minute
+ *		wants no more than a line a minute of a shard that hovers there.
  *
  * The worker of the shard looks about once a second, also while delivery
  * is paused or Kafka is unreachable (from its wait for acknowledgements):
@@ -22,7 +24,7 @@
 #include "utils/timestamp.h"
 
 #define CHECK_INTERVAL_MS 1000
-#define LINE_INTERVAL_MS (60 * 1000)
+#define MIN_LINE_INTERVAL_MS (10 * 1000)
 
 static TimestampTz last_check = 0;
 
@@ -63,8 +65,9 @@ check(const char *who, int shard, int64 from_id, TimestampTz now)
 	late = lag_s * 1000.0 > outbox_lag_warning_ms;
 	if (late == warned)
 		return oldest_id;
-	/* a change within a minute of the last line waits for a later look */
-	if (last_line != 0 && !TimestampDifferenceExceeds(last_line, now, LINE_INTERVAL_MS))
+	/* a change soon after the last line waits for a later look */
+	if (last_line != 0 &&
+		!TimestampDifferenceExceeds(last_line, now, Max(outbox_lag_warning_ms, MIN_LINE_INTERVAL_MS)))
 		return oldest_id;
 	report(who, shard, late, lag_s);
 	outbox_stats_set_lag_warned(late, now);

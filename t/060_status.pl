@@ -175,9 +175,9 @@ is(sql(qq{SELECT bool_and(delivered = 0 AND failed_attempts = 0 AND dead_lettere
 is(sql('SELECT sum(dead_lettered) FROM outbox_status', 'x'), 1,
 	"another database's counters are not reset");
 
-# ---- (h) the recovery LOG, a minute after the WARNING --------------------
+# ---- (h) the recovery LOG, 10 s after the WARNING (lag_warning 3 s) -----
 my $caught_up = qr/outbox "postgres" shard (\d): caught up: the oldest pending event is/;
-ok(wait_until(75 - (time - $warned_at), sub { log_count($node, $caught_up, $from) >= 2 }),
+ok(wait_until(25 - (time - $warned_at), sub { log_count($node, $caught_up, $from) >= 2 }),
 	'each shard logs that it caught up');
 my $log = log_since($node, $from);
 for my $shard (0, 1)
