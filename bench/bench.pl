@@ -48,6 +48,8 @@ my @PARTS = (
 	{ name => 'sustained', mock => 1, real => 0, about => 'half the maximum rate for minutes, a snapshot held' },
 	{ name => 'tail', mock => 0, real => 1,
 		about => 'p99 per 5-s window at 3000/s and 80 %, 2 shards, a snapshot held, against the floor' },
+	{ name => 'cpu', mock => 1, real => 1,
+		about => 'the worker\'s main thread and librdkafka\'s threads at fixed rates (and round trips)' },
 	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
 	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
 	# needs outbox.delivery and real Kafka's transactions: only when named

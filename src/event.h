@@ -54,6 +54,10 @@ typedef struct OutboxEvent
 								 * plus one; OPENS_TOPIC: its topic's count
 								 * of partitions was unknown; 0: none
 								 * (partition_warmup.c) */
+	struct PartitionPacing *paced;	/* counted in flight there until its
+									 * report, with paced_partition; NULL:
+									 * not (partition_pacing.c) */
+	int32		paced_partition;
 } OutboxEvent;
 
 #define OPENS_TOPIC (-1)

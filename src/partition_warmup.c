@@ -91,6 +91,31 @@ track_partitions(PartitionWarmup *warmup, int n)
 	warmup->nstates = n;
 }
 
+/* A keyed event's partition among n, as librdkafka maps it; -1: none. */
+static int32
+map_key(const rd_kafka_topic_t *rkt, const OutboxEvent *event, int n)
+{
+	int32		partition;
+
+	if (event->key_isnull || n <= 0)
+		return -1;
+	partition = rd_kafka_msg_partitioner_murmur2_random(rkt, event->key, event->keylen, n,
+														NULL, NULL);
+	return partition >= 0 && partition < n ? partition : -1;
+}
+
+/*
+ * The partition librdkafka will put a keyed event on, and in *partitions
+ * the count it maps over; -1 without a key or before the count is known.
+ */
+int32
+outbox_warmup_partition_of(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt,
+						   const OutboxEvent *event, int *partitions)
+{
+	*partitions = (int) pg_atomic_read_u32(&warmup->partitions);
+	return map_key(rkt, event, *partitions);
+}
+
 bool
 outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt, OutboxEvent *event)
 {
@@ -112,9 +137,8 @@ outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt, Outbo
 	if (warmup->warmed_untracked >= 0 && warmup->warmed_untracked < n)
 		mark_warm(warmup, warmup->warmed_untracked);
 	warmup->warmed_untracked = -1;
-	partition = rd_kafka_msg_partitioner_murmur2_random(rkt, event->key, event->keylen, n,
-														NULL, NULL);
-	if (partition < 0 || partition >= n)
+	partition = map_key(rkt, event, n);
+	if (partition < 0)
 		return true;
 	switch ((PartitionState) warmup->states[partition])
 	{

@@ -29,6 +29,8 @@ extern PartitionWarmup *outbox_warmup_create(MemoryContext context, rd_kafka_t *
  */
 extern bool outbox_warmup_admits(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt,
 								 OutboxEvent *event);
+extern int32 outbox_warmup_partition_of(PartitionWarmup *warmup, const rd_kafka_topic_t *rkt,
+										const OutboxEvent *event, int *partitions);
 extern void outbox_warmup_produced(PartitionWarmup *warmup, const OutboxEvent *event);
 
 /* A delivery report of an event produced through warmup's topic handle. */

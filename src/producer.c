@@ -16,6 +16,7 @@
 #include "backoff.h"
 #include "compat.h"
 #include "kafka_stats.h"
+#include "partition_pacing.h"
 #include "partition_warmup.h"
 #include "settings.h"
 #include "stats.h"
@@ -42,7 +43,20 @@ typedef struct TopicHandle
 {
 	char		name[TOPIC_NAME_KEY];	/* hash key */
 	rd_kafka_topic_t *rkt;
+	PartitionPacing *pacing;	/* NULL: not paced (exactly-once) */
 } TopicHandle;
+
+/*
+ * An event's message waiting in partition_pacing.c: what librdkafka will
+ * be given. The event's memory holds the topic, key and value meanwhile.
+ */
+typedef struct WaitingMessage
+{
+	OutboxEvent *event;
+	rd_kafka_topic_t *rkt;
+	OutboxRecord record;		/* its headers are in headers */
+	rd_kafka_headers_t *headers;
+} WaitingMessage;
 
 /*
  * A librdkafka configuration being built, and every "name=value" set on
@@ -73,6 +87,9 @@ struct OutboxProducer
 	char	   *settings;		/* every "name=value\n" librdkafka was given */
 	HTAB	   *topics;			/* TopicHandle by name */
 	MemoryContext warmup_context;	/* the topics' PartitionWarmup: outlives rk */
+	MemoryContext pacing_context;	/* the topics' PartitionPacing, and what
+									 * waits in them */
+	int			waiting;		/* messages waiting there */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
@@ -196,6 +213,34 @@ record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 	event->error = rd_kafka_err2str(err);
 }
 
+/*
+ * What a report says of an event (from librdkafka, or for a message it
+ * never took: partition_pacing.c's), counted for the worker to claim.
+ */
+static void
+take_report(OutboxProducer *producer, OutboxEvent *event, rd_kafka_resp_err_t err)
+{
+	bool		delivered = (err == RD_KAFKA_RESP_ERR_NO_ERROR);
+
+	/* withdrawn because it timed out: said as librdkafka would */
+	if ((err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) &&
+		event->produced_at <= producer->timed_out_before)
+		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+	record_outcome(event, err);
+	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
+		event->error = timed_out_error;
+	producer->in_flight--;
+	if (delivered)
+	{
+		event->acked_at = GetCurrentTimestamp();
+		producer->unreachable = false;
+		outbox_kafka_stats_delivered(producer->kafka);
+		producer->unclaimed.delivered++;
+	}
+	else
+		producer->unclaimed.failed++;
+}
+
 /* Served on this thread from poll/flush: records, never reports. */
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
@@ -213,26 +258,13 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 		producer->progress.offset = message->offset;
 		return;
 	}
-	/* withdrawn because it timed out: said as librdkafka would */
-	if ((err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) &&
-		event->produced_at <= producer->timed_out_before)
-		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
-	record_outcome(event, err);
 	if (message->rkt != NULL && rd_kafka_topic_opaque(message->rkt) != NULL)
 		outbox_warmup_reported((PartitionWarmup *) rd_kafka_topic_opaque(message->rkt), event,
-							   message->partition, message->err == RD_KAFKA_RESP_ERR_NO_ERROR);
-	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
-		event->error = timed_out_error;
-	producer->in_flight--;
-	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		event->acked_at = GetCurrentTimestamp();
-		producer->unreachable = false;
-		outbox_kafka_stats_delivered(producer->kafka);
-		producer->unclaimed.delivered++;
-	}
-	else
-		producer->unclaimed.failed++;
+							   message->partition, err == RD_KAFKA_RESP_ERR_NO_ERROR);
+	if (event->paced != NULL)
+		outbox_pacing_reported(event->paced, event->paced_partition);
+	event->paced = NULL;
+	take_report(producer, event, err);
 }
 
 static void
@@ -511,6 +543,7 @@ free_producer(OutboxProducer *producer)
 	if (producer->topics != NULL)
 		hash_destroy(producer->topics);
 	MemoryContextDelete(producer->warmup_context);
+	MemoryContextDelete(producer->pacing_context);
 	if (producer->settings != NULL)
 		pfree(producer->settings);
 	pfree(producer->client_id);
@@ -531,6 +564,8 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 	producer->topics = create_topic_handles();
 	producer->warmup_context = AllocSetContextCreate(TopMemoryContext, "outbox partition warm-up",
 													 ALLOCSET_SMALL_SIZES);
+	producer->pacing_context = AllocSetContextCreate(TopMemoryContext, "outbox partition pacing",
+													 ALLOCSET_DEFAULT_SIZES);
 	if (!build_conf(&build, client_id, error))
 	{
 		free_producer(producer);
@@ -682,7 +717,7 @@ outbox_producer_outdated(OutboxProducer *producer)
  * waits up to a second for its topic scan (fixed in librdkafka 2.10.1).
  * NULL: produce by name.
  */
-static rd_kafka_topic_t *
+static TopicHandle *
 topic_handle(OutboxProducer *producer, const char *topic)
 {
 	TopicHandle *handle;
@@ -693,7 +728,7 @@ topic_handle(OutboxProducer *producer, const char *topic)
 		return NULL;
 	handle = hash_search(producer->topics, topic, HASH_FIND, NULL);
 	if (handle != NULL)
-		return handle->rkt;
+		return handle;
 	if (hash_get_num_entries(producer->topics) >= MAX_TOPIC_HANDLES)
 		return NULL;
 	/* entered first: the entry cannot fail once librdkafka made the handle */
@@ -704,10 +739,12 @@ topic_handle(OutboxProducer *producer, const char *topic)
 	{
 		rd_kafka_topic_conf_destroy(topic_conf);
 		hash_search(producer->topics, topic, HASH_REMOVE, NULL);
+		return NULL;
 	}
-	else
-		handle->rkt = rkt;
-	return rkt;
+	handle->rkt = rkt;
+	/* a transaction's commit must find all its events in librdkafka */
+	handle->pacing = producer->transactional ? NULL : outbox_pacing_create(producer->pacing_context);
+	return handle;
 }
 
 static rd_kafka_headers_t *
@@ -754,39 +791,175 @@ describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *r
 	vu[6].u.ptr = event;
 }
 
+/* One attempt; librdkafka owns headers if it took the message. */
+static rd_kafka_resp_err_t
+hand_over(OutboxProducer *producer, rd_kafka_topic_t *rkt, const OutboxRecord *record,
+		  rd_kafka_headers_t *headers, OutboxEvent *event)
+{
+	rd_kafka_vu_t vu[MESSAGE_FIELDS];
+	rd_kafka_error_t *failure;
+	rd_kafka_resp_err_t err;
+
+	describe_message(vu, rkt, record, headers, event);
+	failure = rd_kafka_produceva(producer->rk, vu, lengthof(vu));
+	if (failure == NULL)
+		return RD_KAFKA_RESP_ERR_NO_ERROR;
+	err = rd_kafka_error_code(failure);
+	rd_kafka_error_destroy(failure);
+	return err;
+}
+
+/* In flight from here on: with librdkafka, or waiting to be. */
+static void
+count_in_flight(OutboxProducer *producer, OutboxEvent *event)
+{
+	event->outcome = EVENT_IN_FLIGHT;
+	event->produced_at = GetCurrentTimestamp();
+	producer->in_flight++;
+}
+
+/* Handed to librdkafka: counted on its partition until its report. */
+static void
+mark_paced(OutboxProducer *producer, TopicHandle *handle, int32 partition, OutboxEvent *event)
+{
+	event->paced = handle->pacing;
+	event->paced_partition = partition;
+	outbox_pacing_sent(handle->pacing, partition);
+}
+
+/*
+ * Hands a partition's waiting messages to librdkafka in order, or (withdraw)
+ * reports them as purged from its queue. One librdkafka refuses fails as at
+ * produce time, and those behind it are withdrawn, so none of its key goes
+ * first.
+ */
+static void
+release_partition(OutboxProducer *producer, TopicHandle *handle, int32 partition, bool withdraw)
+{
+	List	   *messages = outbox_pacing_take(handle->pacing, partition);
+	ListCell   *lc;
+
+	foreach(lc, messages)
+	{
+		WaitingMessage *message = lfirst(lc);
+		rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__PURGE_QUEUE;
+
+		if (!withdraw)
+			err = hand_over(producer, message->rkt, &message->record, message->headers,
+							message->event);
+		producer->waiting--;
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			mark_paced(producer, handle, partition, message->event);
+		else
+		{
+			rd_kafka_headers_destroy(message->headers);
+			take_report(producer, message->event, err);
+			withdraw = true;
+		}
+		pfree(message);
+	}
+	list_free(messages);
+}
+
+/* A topic's partitions whose messages may go now (all: every one). */
+static void
+release_topic(OutboxProducer *producer, TopicHandle *handle, bool all, bool withdraw)
+{
+	int32		partition = -1;
+
+	while ((partition = outbox_pacing_next(handle->pacing, partition, all)) >= 0)
+		release_partition(producer, handle, partition, withdraw);
+}
+
+static void
+release_waiting(OutboxProducer *producer, bool withdraw)
+{
+	HASH_SEQ_STATUS seq;
+	TopicHandle *handle;
+
+	if (producer->waiting == 0)
+		return;
+	hash_seq_init(&seq, producer->topics);
+	while ((handle = hash_seq_search(&seq)) != NULL)
+		if (handle->pacing != NULL)
+			release_topic(producer, handle, withdraw, withdraw);
+}
+
+/*
+ * The partition an event is paced on, or -1: a keyed event of a topic with
+ * a handle, at least once, once librdkafka's count of partitions is known,
+ * unless it opens its partition (nothing of this producer is there).
+ */
+static int32
+paced_partition(OutboxProducer *producer, TopicHandle *handle, OutboxEvent *event)
+{
+	int			partitions;
+	int32		partition;
+
+	if (handle == NULL || handle->pacing == NULL || event->opens != 0)
+		return -1;
+	partition = outbox_warmup_partition_of(rd_kafka_topic_opaque(handle->rkt), handle->rkt,
+										   event, &partitions);
+	if (partition >= 0 && outbox_pacing_count_changed(handle->pacing, partitions))
+		release_topic(producer, handle, true, false);
+	return partition;
+}
+
+/* The event waits in partition_pacing.c, its message ready. */
+static void
+wait_in_pacing(OutboxProducer *producer, TopicHandle *handle, int32 partition,
+			   OutboxEvent *event, const OutboxRecord *record)
+{
+	WaitingMessage *message = MemoryContextAlloc(producer->pacing_context, sizeof(WaitingMessage));
+
+	message->event = event;
+	message->rkt = handle->rkt;
+	message->record = *record;
+	message->record.headers = NULL;
+	message->record.nheaders = 0;
+	message->headers = build_headers(record);
+	outbox_pacing_wait(handle->pacing, partition, message);
+	producer->waiting++;
+	count_in_flight(producer, event);
+}
+
 /*
  * Hands one event to librdkafka, unless its partition waits for this
  * producer's first acknowledgement there (partition_warmup.c; topics
  * produced to by name have no such wait). PRODUCE_REFUSED: refused at once
  * (the outcome is recorded on the event). Either way short of PRODUCED the
- * caller must hold back the rest of its key. The value is not copied: it
- * must stay valid until the event's delivery report was served or the
- * producer destroyed.
+ * caller must hold back the rest of its key. PRODUCED includes an event
+ * waiting for its partition (partition_pacing.c): it has its report like
+ * the others. The value is not copied: it must stay valid until the
+ * event's delivery report was served or the producer destroyed.
  */
 ProduceResult
 outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 						const OutboxRecord *record)
 {
-	rd_kafka_topic_t *rkt = topic_handle(producer, record->topic);
+	TopicHandle *handle = topic_handle(producer, record->topic);
+	rd_kafka_topic_t *rkt = handle == NULL ? NULL : handle->rkt;
 	PartitionWarmup *warmup = rkt == NULL ? NULL : rd_kafka_topic_opaque(rkt);
+	int32		partition;
 	rd_kafka_resp_err_t err;
 
 	event->opens = 0;
+	event->paced = NULL;
 	if (warmup != NULL && !outbox_warmup_admits(warmup, rkt, event))
 		return PRODUCE_HELD;
-
+	partition = paced_partition(producer, handle, event);
+	if (partition >= 0 && outbox_pacing_must_wait(handle->pacing, partition, outbox_partition_pacing))
+	{
+		wait_in_pacing(producer, handle, partition, event, record);
+		return PRODUCED;
+	}
 	for (;;)
 	{
 		rd_kafka_headers_t *headers = build_headers(record);
-		rd_kafka_vu_t vu[MESSAGE_FIELDS];
-		rd_kafka_error_t *failure;
 
-		describe_message(vu, rkt, record, headers, event);
-		failure = rd_kafka_produceva(producer->rk, vu, lengthof(vu));
-		if (failure == NULL)
+		err = hand_over(producer, rkt, record, headers, event);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			break;
-		err = rd_kafka_error_code(failure);
-		rd_kafka_error_destroy(failure);
 		rd_kafka_headers_destroy(headers);
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		{
@@ -804,9 +977,9 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		/* librdkafka's queue is full: let deliveries drain it */
 		rd_kafka_poll(producer->rk, 10);
 	}
-	event->outcome = EVENT_IN_FLIGHT;
-	event->produced_at = GetCurrentTimestamp();
-	producer->in_flight++;
+	count_in_flight(producer, event);
+	if (partition >= 0)
+		mark_paced(producer, handle, partition, event);
 	if (event->opens != 0)
 		outbox_warmup_produced(warmup, event);
 	return PRODUCED;
@@ -838,6 +1011,7 @@ outbox_producer_serve(OutboxProducer *producer, OutboxReports *reports)
 {
 	drain_wake_pipe(producer);
 	rd_kafka_poll(producer->rk, 0);
+	release_waiting(producer, false);
 	claim_reports(producer, reports);
 }
 
@@ -860,6 +1034,7 @@ outbox_producer_wait_fd(OutboxProducer *producer)
 void
 outbox_producer_withdraw(OutboxProducer *producer)
 {
+	release_waiting(producer, true);
 	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 }
 
@@ -871,6 +1046,7 @@ outbox_producer_withdraw(OutboxProducer *producer)
 void
 outbox_producer_purge_queued(OutboxProducer *producer)
 {
+	release_waiting(producer, true);
 	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
 

@@ -31,6 +31,7 @@ int			outbox_message_format = OUTBOX_FORMAT_ENVELOPE;
 char	   *outbox_kafka_config = NULL;
 char	   *outbox_kafka_config_file = NULL;
 bool		outbox_enabled = true;
+bool		outbox_partition_pacing = true;
 int			outbox_retry_backoff_min_ms = 1000;
 int			outbox_retry_backoff_max_ms = 60000;
 int			outbox_max_attempts = 10;
@@ -606,6 +607,11 @@ outbox_define_settings(void)
 	DefineCustomBoolVariable("outbox.enabled",
 							 "Whether the workers deliver; off pauses delivery.",
 							 NULL, &outbox_enabled, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("outbox.partition_pacing",
+							 "Whether a keyed event whose partition has 5 events in flight waits in the worker, not in librdkafka.",
+							 "librdkafka's idempotent producer polls without waiting while such a partition has messages queued.",
+							 &outbox_partition_pacing, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("outbox.retry_backoff_min",
 							"First wait before retrying after a failed delivery.",

@@ -50,6 +50,7 @@ extern int	outbox_message_format;
 extern char *outbox_kafka_config;
 extern char *outbox_kafka_config_file;
 extern bool outbox_enabled;
+extern bool outbox_partition_pacing;
 extern int	outbox_retry_backoff_min_ms;
 extern int	outbox_retry_backoff_max_ms;
 extern int	outbox_max_attempts;

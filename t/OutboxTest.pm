@@ -14,6 +14,7 @@ use Exporter qw(import);
 use File::Basename qw(basename dirname);
 use IPC::Run;
 use JSON::PP ();
+use POSIX ();
 use KafkaCluster ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -25,7 +26,7 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
   consume_js wait_in_flight fault_under_load first_copies end_offsets_sum
-  commit_one_by_one check_sent_once);
+  commit_one_by_one check_sent_once cpu_s thread_cpu_s);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -314,6 +315,40 @@ sub worker_pids
 	my $ret = $node->psql('postgres', q{SELECT pid FROM pg_stat_activity
 		WHERE backend_type = 'outbox shard' ORDER BY pid}, stdout => \$out, stderr => \$err);
 	return $ret == 0 ? [ grep { length } split /\n/, $out ] : [];
+}
+
+# utime + stime of the processes, all their threads, in seconds.
+sub cpu_s
+{
+	my (@pids) = @_;
+	my $t = 0;
+	$t += _stat_cpu_s("/proc/$_/stat") // 0 for @pids;
+	return $t;
+}
+
+# A worker's CPU in seconds, split between its main thread (the process's
+# own: reads, settles, delivery reports) and librdkafka's threads (rdk:*:
+# requests, acknowledgements, timers): {main => s, librdkafka => s}.
+sub thread_cpu_s
+{
+	my ($pid) = @_;
+	my %s = (main => 0, librdkafka => 0);
+	for my $task (glob("/proc/$pid/task/*"))
+	{
+		my $t = _stat_cpu_s("$task/stat") // next;
+		$s{ $task =~ m{/$pid$} ? 'main' : 'librdkafka' } += $t;
+	}
+	return \%s;
+}
+
+sub _stat_cpu_s
+{
+	my ($file) = @_;
+	open my $fh, '<', $file or return undef;
+	my $stat = <$fh>;
+	# after the command's parentheses: state is field 3, utime 14, stime 15
+	my @f = split ' ', $stat =~ s/^.*\) //sr;
+	return ($f[11] + $f[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK());
 }
 
 # Appends $line to postgresql.conf and reloads.

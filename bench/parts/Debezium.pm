@@ -22,7 +22,7 @@ use Bench::Load;
 use Bench::Stats qw(percentile ratio);
 use HTTP::Tiny;
 use KafkaCluster ();
-use OutboxTest qw(wait_until);
+use OutboxTest qw(wait_until cpu_s thread_cpu_s);
 use POSIX ();
 use Time::HiRes ();
 
@@ -38,7 +38,6 @@ my @JVM = ('-Xms512m', '-Xmx512m', '-XX:+UseG1GC', '-XX:MaxGCPauseMillis=20',
 my %TUNED = (connector => { 'poll.interval.ms' => 1, 'max.batch.size' => 512 },
 	worker => { 'producer.linger.ms' => 0 });
 
-my $CLK_TCK = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
 my @connects;
 END { local $?; stop_connect($_) for @connects; }
 
@@ -123,10 +122,14 @@ sub outbox_latency
 	my ($ctx, $run, $label, $rate) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my ($pid) = @{ $env->worker_pids };
-	my $cpu0 = cpu_s($pid);
+	my ($cpu0, $threads0) = (cpu_s($pid), thread_cpu_s($pid));
 	my $l = Bench::Load::run($env, label => "dbzcmp_outbox_$label", rate => $rate,
 		seconds => $cfg->{latency_seconds}, source => 'outbox');
+	my $threads = thread_cpu_s($pid);
 	record_figures($ctx, $run, "outbox_$label", $l, cpu_s($pid) - $cpu0, [$pid]);
+	# librdkafka's share (the part cpu has why it matters)
+	$res->record('debezium', "outbox_${label}_librdkafka_cpu_s_per_100k", 's', $run,
+		$l->{committed} ? ($threads->{librdkafka} - $threads0->{librdkafka}) / $l->{committed} * 1e5 : undef);
 	return percentile(0.99, map { $_->[1] } @{ $l->{samples} });
 }
 
@@ -542,22 +545,6 @@ sub wait_topics
 		$sum += $env->kafka_total($_) for @topics;
 		$sum >= $n;
 	});
-}
-
-# utime + stime of the processes, all their threads, in seconds.
-sub cpu_s
-{
-	my (@pids) = @_;
-	my $t = 0;
-	for my $pid (@pids)
-	{
-		open my $fh, '<', "/proc/$pid/stat" or next;
-		my $stat = <$fh>;
-		# after the command's parentheses: state is field 3, utime 14, stime 15
-		my @f = split ' ', $stat =~ s/^.*\) //sr;
-		$t += ($f[11] + $f[12]) / $CLK_TCK;
-	}
-	return $t;
 }
 
 1;
