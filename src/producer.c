@@ -53,7 +53,6 @@ typedef struct TopicHandle
 typedef struct WaitingMessage
 {
 	OutboxEvent *event;
-	rd_kafka_topic_t *rkt;
 	OutboxRecord record;		/* its headers are in headers */
 	rd_kafka_headers_t *headers;
 } WaitingMessage;
@@ -845,7 +844,7 @@ release_partition(OutboxProducer *producer, TopicHandle *handle, int32 partition
 		rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__PURGE_QUEUE;
 
 		if (!withdraw)
-			err = hand_over(producer, message->rkt, &message->record, message->headers,
+			err = hand_over(producer, handle->rkt, &message->record, message->headers,
 							message->event);
 		producer->waiting--;
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -913,7 +912,6 @@ wait_in_pacing(OutboxProducer *producer, TopicHandle *handle, int32 partition,
 	WaitingMessage *message = MemoryContextAlloc(producer->pacing_context, sizeof(WaitingMessage));
 
 	message->event = event;
-	message->rkt = handle->rkt;
 	message->record = *record;
 	message->record.headers = NULL;
 	message->record.nheaders = 0;
