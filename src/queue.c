@@ -622,12 +622,16 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
  * memory is bounded by bytes, not events, whatever part of an event is
  * big.
  */
+/* the events array's first size: grown by doubling (make_room) */
+#define READ_FIRST_CAPACITY 16
+
 typedef struct ReadReceiver
 {
 	DestReceiver pub;
-	OutboxBatch *batch;			/* events sized for the read's limit */
+	OutboxBatch *batch;
 	MemoryContext batch_context;
 	int			limit;
+	int			capacity;		/* of batch->events */
 	int64		max_bytes;
 	const int64 *skip;			/* the window's ids, ascending: not copied again */
 	int			nskip;
@@ -647,6 +651,20 @@ in_window(const ReadReceiver *r, int64 id)
 {
 	return r->nskip > 0 &&
 		bsearch(&id, r->skip, r->nskip, sizeof(int64), outbox_compare_ids) != NULL;
+}
+
+/*
+ * The events array grows as rows come: a read's limit is a thousand, most
+ * reads bring a few, and the window keeps each read's memory until all
+ * its events are settled.
+ */
+static void
+make_room(ReadReceiver *r)
+{
+	if (r->batch->nevents < r->capacity)
+		return;
+	r->capacity = Min(r->capacity * 2, r->limit);
+	r->batch->events = repalloc(r->batch->events, sizeof(OutboxEvent) * r->capacity);
 }
 
 static bool
@@ -669,6 +687,7 @@ read_receive(TupleTableSlot *slot, DestReceiver *self)
 		return false;
 	}
 	slot_getallattrs(slot);
+	make_room(r);
 	event = &batch->events[batch->nevents];
 	memset(event, 0, sizeof(*event));
 	old = MemoryContextSwitchTo(r->batch_context);
@@ -713,8 +732,8 @@ read_receiver(OutboxBatch *batch, MemoryContext batch_context, int limit, int64 
 	r->max_bytes = max_bytes;
 	r->skip = skip;
 	r->nskip = nskip;
-	/* each event is zeroed as it comes: most reads fill few of them */
-	batch->events = MemoryContextAlloc(batch_context, sizeof(OutboxEvent) * Max(limit, 1));
+	r->capacity = Min(Max(limit, 1), READ_FIRST_CAPACITY);
+	batch->events = MemoryContextAlloc(batch_context, sizeof(OutboxEvent) * r->capacity);
 	return r;
 }
 
@@ -830,16 +849,46 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
  * the steady drain skips nothing (scan_from is above the window).
  */
 static int
-window_skip(int64 scan_from, bool retries, const int64 *window_ids, int nwindow, int64 **skip)
+window_skip(const OutboxWindowIds *window, int64 from_id, int64 **skip)
 {
-	int			n = 0;
+	int			n = window->at_or_above(window->window, from_id, skip);
 
-	*skip = palloc(sizeof(int64) * Max(nwindow, 1));
-	for (int i = 0; i < nwindow; i++)
-		if (retries || window_ids[i] >= scan_from)
-			(*skip)[n++] = window_ids[i];
 	qsort(*skip, n, sizeof(int64), outbox_compare_ids);
 	return n;
+}
+
+static int
+no_ids(void *window, int64 from_id, int64 **ids)
+{
+	*ids = palloc(sizeof(int64));
+	return 0;
+}
+
+/* for a read of another extension than the window's */
+static const OutboxWindowIds no_window = {no_ids, NULL};
+
+/*
+ * Where the read starts (batch->scan_from: the cursor, lower for an open
+ * transaction or a due retry, 0 to read everything again), and the
+ * window's ids it leaves out.
+ */
+static int
+scan_start(OutboxBatch *batch, int shard, int64 cursor, bool retries, bool from_start,
+		   const OutboxWindowIds *window, int64 **skip)
+{
+	batch->scan_from = Min(cursor, batch->floor);
+	if (retries)
+	{
+		int			nskip = window_skip(window, PG_INT64_MIN, skip);
+
+		batch->scan_from = Min(batch->scan_from, due_keyed_retry(shard, *skip, nskip));
+		if (from_start)
+			batch->scan_from = 0;
+		return nskip;
+	}
+	if (from_start)
+		batch->scan_from = 0;
+	return window_skip(window, batch->scan_from, skip);
 }
 
 /*
@@ -872,7 +921,7 @@ execute_read(SPIPlanPtr plan, int shard, int64 scan_from, ReadReceiver *receiver
 
 bool
 outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
-				  Oid cursor_extension, const int64 *window_ids, int nwindow,
+				  Oid cursor_extension, const OutboxWindowIds *window,
 				  int limit, int64 max_bytes, uint64 rewind_generation)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
@@ -903,16 +952,13 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	batch->visible_lsn = outbox_visible_commits_end();
 	batch->async_commits_lsn = outbox_async_flush_target(&async);
 	batch->async_commits_ended = async.ended;
-	batch->scan_from = Min(cursor, batch->floor);
-	if (retries)
-		batch->scan_from = Min(batch->scan_from, due_keyed_retry(shard, window_ids, nwindow));
-	if (batch->rewind_generation != rewind_generation ||
-		cursor_extension != plans_extension_oid)
-		batch->scan_from = 0;
 	/* the ids of the window's events are of the cursor's extension */
 	if (cursor_extension != plans_extension_oid)
-		nwindow = 0;
-	nskip = window_skip(batch->scan_from, retries, window_ids, nwindow, &skip);
+		window = &no_window;
+	nskip = scan_start(batch, shard, cursor, retries,
+					   batch->rewind_generation != rewind_generation ||
+					   cursor_extension != plans_extension_oid,
+					   window, &skip);
 	receiver = read_receiver(batch, batch_context, limit, max_bytes, skip, nskip);
 	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);

@@ -34,14 +34,25 @@ extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_extension_exists(void);
 
 /*
+ * Where a read finds the ids the worker's window holds unsettled, of the
+ * cursor's extension, at or above from_id (PG_INT64_MIN: all), palloc'd:
+ * the read leaves them out.
+ */
+typedef struct OutboxWindowIds
+{
+	int			(*at_or_above) (void *window, int64 from_id, int64 **ids);
+	void	   *window;
+} OutboxWindowIds;
+
+/*
  * Reads up to limit events (and max_bytes of what they hold, at least one
  * event) into batch, in the current memory context: from the cursor (of
  * the extension cursor_extension: another one is read from its start),
- * leaving out window_ids, the ids the window holds unsettled.
+ * leaving out the window's events.
  */
 extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
 							  int64 cursor, Oid cursor_extension,
-							  const int64 *window_ids, int nwindow,
+							  const OutboxWindowIds *window,
 							  int limit, int64 max_bytes,
 							  uint64 rewind_generation);
 

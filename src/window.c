@@ -31,6 +31,8 @@ typedef struct Chunk
 	OutboxBatch batch;
 	int			settled;		/* events of the batch settled */
 	int			first_unsettled;	/* no event before it is unsettled */
+	int64		ids_up_to;		/* no id of this read or an earlier one in
+								 * the window is above it */
 } Chunk;
 
 struct OutboxWindow
@@ -115,8 +117,9 @@ outbox_window_new_batch(OutboxWindow *window, MemoryContext *context)
 	chunk = MemoryContextAllocZero(window->context, sizeof(Chunk));
 	window->pending = chunk;
 
+	/* most reads bring a few events; a big one grows its blocks */
 	chunk->context = AllocSetContextCreate(window->context, "outbox batch",
-										   ALLOCSET_DEFAULT_SIZES);
+										   ALLOCSET_START_SMALL_SIZES);
 	*context = chunk->context;
 	return &chunk->batch;
 }
@@ -174,6 +177,7 @@ outbox_window_add(OutboxWindow *window, OutboxBatch *batch)
 	count_reported(window, batch->nevents, 0);
 	if (batch->nevents > 0)
 		window->max_id = Max(window->max_id, batch->events[batch->nevents - 1].id);
+	chunk->ids_up_to = window->max_id;
 	publish_range(window);
 }
 
@@ -429,20 +433,47 @@ outbox_window_settled(OutboxWindow *window, OutboxEvent **events, int nevents,
 	publish_range(window);
 }
 
+/* The first event of a read at or above an id (its events are in id order). */
+static int
+first_at_or_above(const Chunk *chunk, int64 from_id)
+{
+	int			low = chunk->first_unsettled;
+	int			high = chunk->batch.nevents;
+
+	while (low < high)
+	{
+		int			mid = low + (high - low) / 2;
+
+		if (chunk->batch.events[mid].id < from_id)
+			low = mid + 1;
+		else
+			high = mid;
+	}
+	return low;
+}
+
+/*
+ * From the newest read back, as far as a read whose bound says no earlier
+ * one holds an id at or above from_id: a read that starts past the window
+ * (the steady drain) looks at one read, not at every event in flight.
+ */
 int
-outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid, int64 **ids)
+outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid, int64 from_id,
+							int64 **ids)
 {
 	int64	   *list = palloc(sizeof(int64) * Max(window->events, 1));
 	dlist_iter	iter;
 	int			n = 0;
 
-	dlist_foreach(iter, &window->chunks)
+	dlist_reverse_foreach(iter, &window->chunks)
 	{
 		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
 
+		if (chunk->ids_up_to < from_id)
+			break;
 		if (chunk->batch.extension_oid != extension_oid)
 			continue;
-		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+		for (int i = first_at_or_above(chunk, from_id); i < chunk->batch.nevents; i++)
 			if (!chunk->batch.events[i].settled)
 				list[n++] = chunk->batch.events[i].id;
 	}

@@ -76,10 +76,11 @@ extern void outbox_window_settled(OutboxWindow *window, OutboxEvent **events,
 extern int64 outbox_window_lowest_id(OutboxWindow *window);
 
 /*
- * The ids of the unsettled events read from extension_oid (palloc'd): a
- * read pinned below them leaves them out (queue.c), or they go out twice.
+ * The ids of the unsettled events read from extension_oid, at or above
+ * from_id (palloc'd, in no order): a read pinned below them leaves them
+ * out (queue.c), or they go out twice.
  */
 extern int	outbox_window_unsettled_ids(OutboxWindow *window, Oid extension_oid,
-										int64 **ids);
+										int64 from_id, int64 **ids);
 
 #endif							/* OUTBOX_WINDOW_H */

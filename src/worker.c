@@ -757,6 +757,15 @@ take_in_read(WorkerState *st, OutboxBatch *batch)
 	st->rewind_generation = batch->rewind_generation;
 }
 
+/* What a read leaves out: the window's events of the cursor's extension. */
+static int
+window_ids_at_or_above(void *arg, int64 from_id, int64 **ids)
+{
+	WorkerState *st = arg;
+
+	return outbox_window_unsettled_ids(st->window, st->cursor_extension, from_id, ids);
+}
+
 /*
  * Reads what has committed from the cursor, as much as the window has
  * room for, and produces it once the commits it saw are durable.
@@ -769,17 +778,15 @@ read_and_produce(WorkerState *st)
 	MemoryContext batch_context;
 	MemoryContext old;
 	OutboxBatch *batch;
-	int64	   *window_ids;
-	int			nwindow;
+	OutboxWindowIds window_ids = {window_ids_at_or_above, st};
 	bool		found;
 
 	if (room <= 0)
 		return;
 	batch = outbox_window_new_batch(st->window, &batch_context);
 	old = MemoryContextSwitchTo(batch_context);
-	nwindow = outbox_window_unsettled_ids(st->window, st->cursor_extension, &window_ids);
 	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor, st->cursor_extension,
-							  window_ids, nwindow, Min(outbox_batch_size, room), bytes,
+							  &window_ids, Min(outbox_batch_size, room), bytes,
 							  st->rewind_generation);
 	MemoryContextSwitchTo(old);
 	st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),

@@ -20,6 +20,7 @@ use strict;
 use warnings;
 use FindBin;
 use IPC::Run;
+use List::Util ();
 use lib $FindBin::RealBin;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
@@ -101,6 +102,18 @@ sub drain_and_sample
 	$r{seconds} = time - $t0;
 	$r{same_worker} = (grep { $_ == $pid } @{ worker_pids($node) }) ? 1 : 0;
 	return \%r;
+}
+
+# A process's memory contexts, as pg_log_backend_memory_contexts logs them.
+sub memory_contexts
+{
+	my ($pid) = @_;
+	my $from = -s $node->logfile;
+	sql("SELECT pg_log_backend_memory_contexts($pid)");
+	my $log = '';
+	wait_until(10, sub { $log = slurp_file($node->logfile, $from); $log =~ /Grand total:/ })
+	  or die "no memory contexts logged for $pid";
+	return $log;
 }
 
 # The sizes of the messages the broker still keeps: [bytes, ...].
@@ -187,6 +200,40 @@ FROM generate_series($from, $to) i});
 	cmp_ok($r->{anon}, '<', $bound_mb, "(headers) peak RssAnon under $bound_mb MB");
 	ok($r->{drained}, '(headers) the outbox drained');
 	is($delivered, $n, "(headers) Kafka received $n messages");
+}
+
+# ---- many small reads in flight ---------------------------------------------
+# Each read keeps its memory until all its events are settled. A read of a
+# few events must not keep room for outbox.batch_size of them: it kept
+# 1000 x 168 bytes each, so at 1000-3000 events/s against a real cluster
+# (a few hundred reads in flight) the worker held 21-113 MB (bench part
+# cpu; 10-14 MB with each read's array grown as its rows come). 40
+# one-event transactions 30 ms apart (about a read each) while
+# acknowledgements take 2.5 s (under socket.timeout.ms), then each read's
+# memory ("outbox batch" contexts, pg_log_backend_memory_contexts: it
+# lists up to 100).
+{
+	my $topic = 'mem_payload';
+	my $n = 40;
+	my $bound = 32768;
+	my ($pid) = @{ worker_pids($node) };
+	reload_with($node, 'outbox.enabled = on');
+	# a new producer reads no more until its first event is acknowledged
+	sql("SELECT outbox_send('$topic', 'warm')");
+	ok(wait_for_empty($node, 30), '(small reads) the producer is warm');
+	$broker->command('rtt all 2500');
+	sql(join "\n", map { "BEGIN; SELECT outbox_send('$topic', 'small $_'); COMMIT;"
+		  . " SELECT pg_sleep(0.03);" } 1 .. $n);
+	my $in_flight = sql('SELECT count(*) FROM outbox');
+	my @reads = memory_contexts($pid) =~ /outbox batch: (\d+) total/g;
+	$broker->command('rtt all 0');
+	ok(wait_for_empty($node, 60), '(small reads) the outbox drains');
+	my $per_read = @reads ? List::Util::sum(@reads) / @reads : 0;
+	diag(sprintf('FIGURES (small reads) memory: events=%d in_flight_at_look=%d reads=%d '
+		  . 'bytes_per_read=%.0f largest=%d', $n, $in_flight, scalar @reads, $per_read,
+		List::Util::max(@reads, 0)));
+	cmp_ok(scalar @reads, '>=', 5, '(small reads) the window holds several reads');
+	cmp_ok($per_read, '<', $bound, "(small reads) a read of a few events holds under $bound bytes");
 }
 
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letters');

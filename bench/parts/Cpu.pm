@@ -6,12 +6,16 @@
 # while a partition has 5 or more messages in flight and more queued, so
 # its threads' CPU follows the round trip, not the rate
 # (docs/performance.md, "Where the CPU goes at fixed rates"). On real
-# Kafka the round trip is the cluster's own.
+# Kafka the round trip is the cluster's own. Each load runs twice in a row,
+# outbox.partition_pacing off and then on (labels *_unpaced, *_paced), so
+# that the pacing's effect is measured on the same machine in the same
+# minute.
 package Bench::Part::Cpu;
 
 use strict;
 use warnings;
 use Bench::Load;
+use Bench::Util ();
 use Bench::Stats qw(percentile);
 use OutboxTest qw(thread_cpu_s);
 
@@ -36,11 +40,19 @@ sub run
 			$env->warm_up;
 			for my $r (RATES)
 			{
-				measure($ctx, $run, $r->[0] . (defined $rtt ? "_rtt$rtt" : ''), $r->[1], !$rtt);
+				my $label = $r->[0] . (defined $rtt ? "_rtt$rtt" : '');
+				my %m;
+				for my $pacing (qw(unpaced paced))
+				{
+					$env->set_setting('outbox.partition_pacing', $pacing eq 'paced' ? 'on' : 'off');
+					$m{$pacing} = measure($ctx, $run, "${label}_$pacing", $r->[1], !$rtt);
+				}
+				record_ratios($ctx, $run, $label, \%m);
 			}
 		}
 		set_rtt($env, 0) unless $env->real_kafka;
 	}
+	$env->reset_setting('outbox.partition_pacing');
 }
 
 sub set_rtt
@@ -62,15 +74,33 @@ sub measure
 		seconds => $cfg->{latency_seconds}, source => 'outbox');
 	my $after = thread_cpu_s($pid);
 	my @ms = map { $_->[1] } @{ $l->{samples} };
+	my %m;
 	for my $thread (qw(main librdkafka))
 	{
-		$res->record('cpu', "${label}_${thread}_cpu_s_per_100k", 's', $run,
-			$l->{committed} ? ($after->{$thread} - $before->{$thread}) / $l->{committed} * 1e5 : undef);
+		$m{$thread} = $l->{committed} ? ($after->{$thread} - $before->{$thread}) / $l->{committed} * 1e5 : undef;
+		$res->record('cpu', "${label}_${thread}_cpu_s_per_100k", 's', $run, $m{$thread});
 	}
-	return unless $with_latency;
+	# the worker's private memory after the load (it rarely shrinks)
+	my $kb = Bench::Util::proc_kb($pid);
+	$res->record('cpu', "${label}_rssanon_mb", 'MB', $run, $kb ? $kb->{RssAnon} / 1024 : undef);
+	return \%m unless $with_latency;
+	$m{p99} = percentile(0.99, @ms);
 	$res->record('cpu', "${label}_p50_ms", 'ms', $run, percentile(0.5, @ms));
-	$res->record('cpu', "${label}_p99_ms", 'ms', $run, percentile(0.99, @ms));
+	$res->record('cpu', "${label}_p99_ms", 'ms', $run, $m{p99});
 	$res->record('cpu', "${label}_missing", 'events', $run, $l->{committed} - $l->{received});
+	return \%m;
+}
+
+# paced / unpaced of the same load in the same run
+sub record_ratios
+{
+	my ($ctx, $run, $label, $m) = @_;
+	for my $what (qw(main librdkafka p99))
+	{
+		next unless defined $m->{paced}{$what} && $m->{unpaced}{$what};
+		$ctx->{res}->record('cpu', "${label}_${what}_paced_to_unpaced", 'ratio', $run,
+			$m->{paced}{$what} / $m->{unpaced}{$what});
+	}
 }
 
 1;
