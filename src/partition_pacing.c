@@ -19,6 +19,13 @@
  * before the rest are handed over, and poll until the next
  * acknowledgement; far less often.) outbox.partition_pacing = off lets
  * what waits here go as its reports come, and nothing more waits.
+ *
+ * Keyless events go where librdkafka's sticky partitioner puts them (a
+ * partition for a few milliseconds, then another): the worker does not
+ * know which, so a topic's keyless events are paced together, as one
+ * partition. Once 5 are in flight the next ones wait, and go together
+ * once the reports bring them under 5: one request, on the partition the
+ * partitioner picks then.
  */
 #include "partition_pacing.h"
 
@@ -38,8 +45,25 @@ struct PartitionPacing
 	MemoryContext context;
 	int			npaces;			/* the topic's count of partitions */
 	Pace	   *paces;
-	int			nwaiting;		/* partitions with messages waiting */
+	Pace		keyless;		/* the topic's keyless events, wherever
+								 * librdkafka puts them */
+	int			nwaiting;		/* paces with messages waiting */
 };
+
+static Pace *
+pace_of(PartitionPacing *pacing, int32 partition)
+{
+	if (partition == OUTBOX_PACING_KEYLESS)
+		return &pacing->keyless;
+	Assert(partition >= 0 && partition < pacing->npaces);
+	return &pacing->paces[partition];
+}
+
+static bool
+may_go(const Pace *pace, bool all)
+{
+	return pace->waiting != NIL && (all || pace->outstanding < IN_FLIGHT_LIMIT);
+}
 
 PartitionPacing *
 outbox_pacing_create(MemoryContext context)
@@ -74,16 +98,15 @@ outbox_pacing_count_changed(PartitionPacing *pacing, int partitions)
 bool
 outbox_pacing_must_wait(PartitionPacing *pacing, int32 partition, bool pace_it)
 {
-	Pace	   *pace = &pacing->paces[partition];
+	Pace	   *pace = pace_of(pacing, partition);
 
-	Assert(partition >= 0 && partition < pacing->npaces);
 	return pace->waiting != NIL || (pace_it && pace->outstanding >= IN_FLIGHT_LIMIT);
 }
 
 void
 outbox_pacing_wait(PartitionPacing *pacing, int32 partition, void *message)
 {
-	Pace	   *pace = &pacing->paces[partition];
+	Pace	   *pace = pace_of(pacing, partition);
 	MemoryContext old = MemoryContextSwitchTo(pacing->context);
 
 	if (pace->waiting == NIL)
@@ -95,39 +118,41 @@ outbox_pacing_wait(PartitionPacing *pacing, int32 partition, void *message)
 void
 outbox_pacing_sent(PartitionPacing *pacing, int32 partition)
 {
-	pacing->paces[partition].outstanding++;
+	pace_of(pacing, partition)->outstanding++;
 }
 
 /* Served from librdkafka's poll on the worker's thread: allocates nothing. */
 void
 outbox_pacing_reported(PartitionPacing *pacing, int32 partition)
 {
-	if (partition >= 0 && partition < pacing->npaces && pacing->paces[partition].outstanding > 0)
-		pacing->paces[partition].outstanding--;
+	Pace	   *pace;
+
+	if (partition != OUTBOX_PACING_KEYLESS && (partition < 0 || partition >= pacing->npaces))
+		return;
+	pace = pace_of(pacing, partition);
+	if (pace->outstanding > 0)
+		pace->outstanding--;
 }
 
 int32
 outbox_pacing_next(PartitionPacing *pacing, int32 after, bool all)
 {
-	if (pacing->nwaiting == 0)
-		return -1;
+	if (pacing->nwaiting == 0 || after == OUTBOX_PACING_KEYLESS)
+		return OUTBOX_PACING_NONE;
 	for (int32 p = after + 1; p < pacing->npaces; p++)
-	{
-		Pace	   *pace = &pacing->paces[p];
-
-		if (pace->waiting != NIL && (all || pace->outstanding < IN_FLIGHT_LIMIT))
+		if (may_go(&pacing->paces[p], all))
 			return p;
-	}
-	return -1;
+	return may_go(&pacing->keyless, all) ? OUTBOX_PACING_KEYLESS : OUTBOX_PACING_NONE;
 }
 
 List *
 outbox_pacing_take(PartitionPacing *pacing, int32 partition)
 {
-	List	   *messages = pacing->paces[partition].waiting;
+	Pace	   *pace = pace_of(pacing, partition);
+	List	   *messages = pace->waiting;
 
 	if (messages != NIL)
 		pacing->nwaiting--;
-	pacing->paces[partition].waiting = NIL;
+	pace->waiting = NIL;
 	return messages;
 }
