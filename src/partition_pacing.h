@@ -36,8 +36,8 @@ extern void outbox_pacing_reported(PartitionPacing *pacing, int32 partition);
 /*
  * The next partition after "after" (OUTBOX_PACING_NONE to start; the
  * keyless ones come last) whose waiting messages may go now (all: whether
- * or not they may), or OUTBOX_PACING_NONE; then its messages, in the order they came, which leave the
- * pacing.
+ * or not they may), or OUTBOX_PACING_NONE; then its messages, in the
+ * order they came, which leave the pacing.
  */
 extern int32 outbox_pacing_next(PartitionPacing *pacing, int32 after, bool all);
 extern List *outbox_pacing_take(PartitionPacing *pacing, int32 partition);

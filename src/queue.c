@@ -614,6 +614,9 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
 		strlen(event->topic) + 1;
 }
 
+/* the events array's first size: grown by doubling (make_room) */
+#define READ_FIRST_CAPACITY 16
+
 /*
  * Takes the read's rows from the executor into the batch, in the batch's
  * context (not first into SPI's tuple table: a copy of every row), up to
@@ -622,9 +625,6 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
  * memory is bounded by bytes, not events, whatever part of an event is
  * big.
  */
-/* the events array's first size: grown by doubling (make_room) */
-#define READ_FIRST_CAPACITY 16
-
 typedef struct ReadReceiver
 {
 	DestReceiver pub;
