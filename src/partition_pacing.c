@@ -19,13 +19,6 @@
  * before the rest are handed over, and poll until the next
  * acknowledgement; far less often.) outbox.partition_pacing = off lets
  * what waits here go as its reports come, and nothing more waits.
- *
- * Keyless events go where librdkafka's sticky partitioner puts them (a
- * partition for a few milliseconds, then another): the worker does not
- * know which, so a topic's keyless events are paced together, as one
- * partition. Once 5 are in flight the next ones wait, and go together
- * once the reports bring them under 5: one request, on the partition the
- * partitioner picks then.
  */
 #include "partition_pacing.h"
 
@@ -45,25 +38,8 @@ struct PartitionPacing
 	MemoryContext context;
 	int			npaces;			/* the topic's count of partitions */
 	Pace	   *paces;
-	Pace		keyless;		/* the topic's keyless events, wherever
-								 * librdkafka puts them */
-	int			nwaiting;		/* paces with messages waiting */
+	int			nwaiting;		/* partitions with messages waiting */
 };
-
-static Pace *
-pace_of(PartitionPacing *pacing, int32 partition)
-{
-	if (partition == OUTBOX_PACING_KEYLESS)
-		return &pacing->keyless;
-	Assert(partition >= 0 && partition < pacing->npaces);
-	return &pacing->paces[partition];
-}
-
-static bool
-may_go(const Pace *pace, bool all)
-{
-	return pace->waiting != NIL && (all || pace->outstanding < IN_FLIGHT_LIMIT);
-}
 
 PartitionPacing *
 outbox_pacing_create(MemoryContext context)
@@ -98,15 +74,16 @@ outbox_pacing_count_changed(PartitionPacing *pacing, int partitions)
 bool
 outbox_pacing_must_wait(PartitionPacing *pacing, int32 partition, bool pace_it)
 {
-	Pace	   *pace = pace_of(pacing, partition);
+	Pace	   *pace = &pacing->paces[partition];
 
+	Assert(partition >= 0 && partition < pacing->npaces);
 	return pace->waiting != NIL || (pace_it && pace->outstanding >= IN_FLIGHT_LIMIT);
 }
 
 void
 outbox_pacing_wait(PartitionPacing *pacing, int32 partition, void *message)
 {
-	Pace	   *pace = pace_of(pacing, partition);
+	Pace	   *pace = &pacing->paces[partition];
 	MemoryContext old = MemoryContextSwitchTo(pacing->context);
 
 	if (pace->waiting == NIL)
@@ -118,41 +95,39 @@ outbox_pacing_wait(PartitionPacing *pacing, int32 partition, void *message)
 void
 outbox_pacing_sent(PartitionPacing *pacing, int32 partition)
 {
-	pace_of(pacing, partition)->outstanding++;
+	pacing->paces[partition].outstanding++;
 }
 
 /* Served from librdkafka's poll on the worker's thread: allocates nothing. */
 void
 outbox_pacing_reported(PartitionPacing *pacing, int32 partition)
 {
-	Pace	   *pace;
-
-	if (partition != OUTBOX_PACING_KEYLESS && (partition < 0 || partition >= pacing->npaces))
-		return;
-	pace = pace_of(pacing, partition);
-	if (pace->outstanding > 0)
-		pace->outstanding--;
+	if (partition >= 0 && partition < pacing->npaces && pacing->paces[partition].outstanding > 0)
+		pacing->paces[partition].outstanding--;
 }
 
 int32
 outbox_pacing_next(PartitionPacing *pacing, int32 after, bool all)
 {
-	if (pacing->nwaiting == 0 || after == OUTBOX_PACING_KEYLESS)
-		return OUTBOX_PACING_NONE;
+	if (pacing->nwaiting == 0)
+		return -1;
 	for (int32 p = after + 1; p < pacing->npaces; p++)
-		if (may_go(&pacing->paces[p], all))
+	{
+		Pace	   *pace = &pacing->paces[p];
+
+		if (pace->waiting != NIL && (all || pace->outstanding < IN_FLIGHT_LIMIT))
 			return p;
-	return may_go(&pacing->keyless, all) ? OUTBOX_PACING_KEYLESS : OUTBOX_PACING_NONE;
+	}
+	return -1;
 }
 
 List *
 outbox_pacing_take(PartitionPacing *pacing, int32 partition)
 {
-	Pace	   *pace = pace_of(pacing, partition);
-	List	   *messages = pace->waiting;
+	List	   *messages = pacing->paces[partition].waiting;
 
 	if (messages != NIL)
 		pacing->nwaiting--;
-	pace->waiting = NIL;
+	pacing->paces[partition].waiting = NIL;
 	return messages;
 }

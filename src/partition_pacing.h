@@ -1,7 +1,7 @@
 /*
  * partition_pacing.h
- *		Events wait in the worker, not in librdkafka, while their partition
- *		can take no new request (partition_pacing.c says why).
+ *		Keyed events wait in the worker, not in librdkafka, while their
+ *		partition can take no new request (partition_pacing.c says why).
  */
 #ifndef OUTBOX_PARTITION_PACING_H
 #define OUTBOX_PARTITION_PACING_H
@@ -11,10 +11,6 @@
 #include "nodes/pg_list.h"
 
 typedef struct PartitionPacing PartitionPacing;
-
-/* Not paced; and where a topic's keyless events are, in place of a partition. */
-#define OUTBOX_PACING_NONE (-1)
-#define OUTBOX_PACING_KEYLESS (-2)
 
 /* One per topic handle, in context (with what waits in it). */
 extern PartitionPacing *outbox_pacing_create(MemoryContext context);
@@ -34,10 +30,9 @@ extern void outbox_pacing_sent(PartitionPacing *pacing, int32 partition);
 extern void outbox_pacing_reported(PartitionPacing *pacing, int32 partition);
 
 /*
- * The next partition after "after" (OUTBOX_PACING_NONE to start; the
- * keyless ones come last) whose waiting messages may go now (all: whether
- * or not they may), or OUTBOX_PACING_NONE; then its messages, in the
- * order they came, which leave the pacing.
+ * The next partition after "after" (-1 to start) whose waiting messages
+ * may go now (all: whether or not they may), or -1; then its messages, in
+ * the order they came, which leave the pacing.
  */
 extern int32 outbox_pacing_next(PartitionPacing *pacing, int32 after, bool all);
 extern List *outbox_pacing_take(PartitionPacing *pacing, int32 partition);

@@ -864,15 +864,10 @@ release_partition(OutboxProducer *producer, TopicHandle *handle, int32 partition
 static void
 release_topic(OutboxProducer *producer, TopicHandle *handle, bool all, bool withdraw)
 {
-	int32		partition = OUTBOX_PACING_NONE;
+	int32		partition = -1;
 
-	for (;;)
-	{
-		partition = outbox_pacing_next(handle->pacing, partition, all);
-		if (partition == OUTBOX_PACING_NONE)
-			break;
+	while ((partition = outbox_pacing_next(handle->pacing, partition, all)) >= 0)
 		release_partition(producer, handle, partition, withdraw);
-	}
 }
 
 static void
@@ -890,11 +885,9 @@ release_waiting(OutboxProducer *producer, bool withdraw)
 }
 
 /*
- * The partition an event is paced on, or OUTBOX_PACING_NONE: a keyed
- * event of a topic with a handle, at least once, once librdkafka's count
- * of partitions is known, unless it opens its partition (nothing of this
- * producer is there); a keyless one of such a topic with the topic's
- * others (OUTBOX_PACING_KEYLESS).
+ * The partition an event is paced on, or -1: a keyed event of a topic with
+ * a handle, at least once, once librdkafka's count of partitions is known,
+ * unless it opens its partition (nothing of this producer is there).
  */
 static int32
 paced_partition(OutboxProducer *producer, TopicHandle *handle, OutboxEvent *event)
@@ -903,14 +896,10 @@ paced_partition(OutboxProducer *producer, TopicHandle *handle, OutboxEvent *even
 	int32		partition;
 
 	if (handle == NULL || handle->pacing == NULL || event->opens != 0)
-		return OUTBOX_PACING_NONE;
-	if (event->key_isnull)
-		return OUTBOX_PACING_KEYLESS;
+		return -1;
 	partition = outbox_warmup_partition_of(rd_kafka_topic_opaque(handle->rkt), handle->rkt,
 										   event, &partitions);
-	if (partition < 0)
-		return OUTBOX_PACING_NONE;
-	if (outbox_pacing_count_changed(handle->pacing, partitions))
+	if (partition >= 0 && outbox_pacing_count_changed(handle->pacing, partitions))
 		release_topic(producer, handle, true, false);
 	return partition;
 }
@@ -957,8 +946,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 	if (warmup != NULL && !outbox_warmup_admits(warmup, rkt, event))
 		return PRODUCE_HELD;
 	partition = paced_partition(producer, handle, event);
-	if (partition != OUTBOX_PACING_NONE &&
-		outbox_pacing_must_wait(handle->pacing, partition, outbox_partition_pacing))
+	if (partition >= 0 && outbox_pacing_must_wait(handle->pacing, partition, outbox_partition_pacing))
 	{
 		wait_in_pacing(producer, handle, partition, event, record);
 		return PRODUCED;
@@ -988,7 +976,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		rd_kafka_poll(producer->rk, 10);
 	}
 	count_in_flight(producer, event);
-	if (partition != OUTBOX_PACING_NONE)
+	if (partition >= 0)
 		mark_paced(producer, handle, partition, event);
 	if (event->opens != 0)
 		outbox_warmup_produced(warmup, event);

@@ -7,9 +7,7 @@
 # partition's keyed events itself until its reports come
 # (partition_pacing.c). (a) Under load with slow acknowledgements: every
 # event arrives once, in per-key order, and librdkafka's threads take far
-# less CPU than with outbox.partition_pacing = off in the same run. (c) The
-# same with keyless events, which librdkafka's sticky partitioner places
-# (paced per topic). (b)
+# less CPU than with outbox.partition_pacing = off in the same run. (b)
 # Events waiting there when the worker withdraws what Kafka has not
 # acknowledged (message.timeout.ms passes while Kafka is down) are read
 # again: nothing lost, per-key order kept.
@@ -27,16 +25,15 @@ use Time::HiRes ();
 # of a core against 1.39; without partition_pacing.c 0.87, both polling)
 use constant MAX_SHARE_OF_UNPACED => 0.5;
 
-my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2',
-	'keyless_paced:4', 'keyless_unpaced:4' ]);
+my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2' ]);
 my $node = new_outbox_node('partition_pacing', $broker, shards => 1,
 	kafka_config => 'message.timeout.ms=3000,socket.timeout.ms=3000');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # every partition acknowledged once (partition_warmup.c), then slow
-sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn',
-	'keyless_paced', 'keyless_unpaced']) t, generate_series(1, 40) i});
+sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn']) t,
+	generate_series(1, 40) i});
 ok(wait_for_empty($node, 30), 'the partitions are warm');
 $broker->command('rtt all 100');
 
@@ -44,12 +41,12 @@ $broker->command('rtt all 100');
 # the share of a core librdkafka's threads took meanwhile
 sub paced_load
 {
-	my ($topic, $first, $label, $keyless) = @_;
+	my ($topic, $first, $label) = @_;
 	my ($pid) = @{ worker_pids($node) };
 	my $before = thread_cpu_s($pid);
 	my $t0 = Time::HiRes::time();
 	my $load = start_load($node, sessions => 3, per_session => 300, keys => 10, topic => $topic,
-		rollback_every => 0, first_session => $first, sleep => 0.005, keyless => $keyless);
+		rollback_every => 0, first_session => $first, sleep => 0.005);
 	wait_load($load);
 	ok(wait_for_empty($node, 120), "$label: the outbox drains");
 	my $seconds = Time::HiRes::time() - $t0;
@@ -70,16 +67,6 @@ reload_with($node, 'outbox.partition_pacing = on');
 diag(sprintf('FIGURES partition pacing: paced/unpaced librdkafka CPU %.2f', $paced / $unpaced));
 cmp_ok($paced, '<', MAX_SHARE_OF_UNPACED * $unpaced,
 	'(a) librdkafka\'s threads poll without waiting far less with pacing');
-
-# ---- (c) keyless events, paced per topic ------------------------------------
-my $keyless_paced = paced_load('keyless_paced', 10, '(c) keyless paced', 1);
-reload_with($node, 'outbox.partition_pacing = off');
-my $keyless_unpaced = paced_load('keyless_unpaced', 13, '(c) keyless unpaced', 1);
-reload_with($node, 'outbox.partition_pacing = on');
-diag(sprintf('FIGURES partition pacing, keyless: paced/unpaced librdkafka CPU %.2f',
-		$keyless_paced / $keyless_unpaced));
-cmp_ok($keyless_paced, '<', MAX_SHARE_OF_UNPACED * $keyless_unpaced,
-	'(c) keyless: librdkafka\'s threads poll without waiting far less with pacing');
 
 # ---- (b) withdrawn while waiting --------------------------------------------
 # commits for about 6 s: Kafka goes down in the middle of them

@@ -190,8 +190,6 @@ sub start_load
 	my $first = $o{first_session} // 1;
 	my $sleep = $o{sleep} // 0;
 	my $db = $o{db} // 'postgres';
-	# keyless: each event sent without a key, recorded with one of its own
-	my $keyless = $o{keyless};
 	create_sent_table($node, $db);
 	my @harnesses;
 	for my $s ($first .. $first + $sessions - 1)
@@ -199,12 +197,12 @@ sub start_load
 		my $sql = '';
 		for my $i (1 .. $per)
 		{
+			my $key = "s$s-k" . ($i % $keys);
 			my $value = "s$s:$i";
-			my $key = $keyless ? $value : "s$s-k" . ($i % $keys);
 			my $end = ($rb && $i % $rb == 0) ? 'ROLLBACK' : 'COMMIT';
 			$sql .= "BEGIN;\n"
 			  . "INSERT INTO sent VALUES ($s, $i, '$key', '$value');\n"
-			  . "SELECT outbox_send('$topic', '$value', " . ($keyless ? 'NULL' : "'$key'") . ");\n"
+			  . "SELECT outbox_send('$topic', '$value', '$key');\n"
 			  . "$end;\n";
 			$sql .= "SELECT pg_sleep($sleep);\n" if $sleep;
 		}
