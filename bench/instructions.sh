@@ -102,11 +102,12 @@ outbox.message_format = 'payload'
 outbox.lag_warning = 0
 CONF
 
-# $1 events: prints the worker's instructions, all threads and the main
-# thread (callgrind writes one file per thread, the main thread's first)
+# $1 events, $2 more settings: prints the worker's instructions, all
+# threads and the main thread (callgrind writes one file per thread, the
+# main thread's first)
 worker_instructions() {
   local psql_="as_user psql -X -q -h $WORK -p 5498 -d postgres"
-  echo "outbox.enabled = off" >"$WORK/data/postgresql.auto.conf"
+  printf 'outbox.enabled = off\n%s\n' "${2:-}" >"$WORK/data/postgresql.auto.conf"
   as_user bash -c "valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=$WORK/w.%p \
     $PG_BIN/postgres -D $WORK/data >$WORK/valgrind.log 2>&1 &"
   for _ in $(seq 180); do $psql_ -Atc 'SELECT 1' >/dev/null 2>&1 && break; sleep 1; done
@@ -120,6 +121,16 @@ worker_instructions() {
   for file in "$WORK/w.$pid"-*; do all=$((all + $(callgrind_total "$file"))); done
   echo "$all $(callgrind_total "$WORK/w.$pid-01")"
 }
-read -r big big_main < <(worker_instructions "$N")
-read -r small small_main < <(worker_instructions $((N / 10)))
-echo "worker instructions per delivered event: $(( (big - small) / (N - N / 10) )), of which the main thread $(( (big_main - small_main) / (N - N / 10) ))"
+# $1 events, $2 settings: the worker's instructions per delivered event
+# beyond its fixed cost, all threads and the main thread
+per_delivered() {
+  local big big_main small small_main
+  read -r big big_main < <(worker_instructions "$1" "$2")
+  read -r small small_main < <(worker_instructions $(($1 / 10)) "$2")
+  echo "$(( (big - small) / ($1 - $1 / 10) )), of which the main thread $(( (big_main - small_main) / ($1 - $1 / 10) ))"
+}
+echo "worker instructions per delivered event: $(per_delivered "$N" "")"
+# One event per read: a read's fixed cost (its transaction, its look for
+# retry times, executor start-up), which a fixed rate pays per commit and
+# a drain shares among outbox.batch_size events.
+echo "worker instructions per delivered event, one per read (outbox.batch_size = 1): $(per_delivered $((N / 10)) "outbox.batch_size = 1")"

@@ -15,6 +15,7 @@
 #include "durability.h"
 #include "outbox_table.h"
 #include "position_delete.h"
+#include "retry_probe.h"
 #include "settings.h"
 #include "registry.h"
 #include "stats.h"
@@ -754,13 +755,17 @@ shard_value(SPIPlanPtr plan, int shard, bool *isnull, const char *what)
  * and nothing below the scan start is due, so the read needs neither its
  * look-ups nor its second index scan. Every read looks (an operator may
  * set retry times too), on a snapshot taken before the read's: a retry
- * time set in between is seen by the next read.
+ * time set in between is seen by the next read. The statement is for an
+ * index no longer as the install script made it.
  */
 static bool
 any_retry(int shard)
 {
 	bool		isnull;
+	bool		any;
 
+	if (outbox_probe_retry(plans_table, shard, &any))
+		return any;
 	return DatumGetBool(shard_value(plans.any_retry, shard, &isnull,
 									"looking for events with a retry time"));
 }

@@ -11,6 +11,7 @@
  */
 #include "send.h"
 #include "compat.h"
+#include "index_shape.h"
 #include "message.h"
 #include "outbox_table.h"
 #include "settings.h"
@@ -225,8 +226,6 @@ typedef struct SendRelations
 	Oid			namespace;		/* InvalidOid: look them up again */
 	Oid			table;
 	Oid			index;
-	Oid			retry_index;
-	Oid			held_index;
 	Oid			sequence;
 	bool		examined;		/* the checks below hold for the locked table */
 	bool		pristine;		/* only its own indexes, no triggers or checks */
@@ -241,9 +240,7 @@ static void
 forget_relations(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == relations.table ||
-		relid == relations.index || relid == relations.retry_index ||
-		relid == relations.held_index ||
-		relid == relations.sequence)
+		relid == relations.index || relid == relations.sequence)
 		relations.namespace = InvalidOid;
 }
 
@@ -260,9 +257,6 @@ find_relations(Oid namespace)
 	memset(&relations, 0, sizeof(relations));
 	relations.table = get_relname_relid("outbox", namespace);
 	relations.index = get_relname_relid("outbox_pkey", namespace);
-	relations.retry_index = get_relname_relid("outbox_retry_idx", namespace);
-	/* from 0.4.0 on */
-	relations.held_index = get_relname_relid("outbox_held_idx", namespace);
 	relations.sequence = get_relname_relid("outbox_id_seq", namespace);
 	if (!OidIsValid(relations.table) || !OidIsValid(relations.index) ||
 		!OidIsValid(relations.sequence))
@@ -331,17 +325,30 @@ check_sequence(Relation rel)
 		refuse_shape(rel, "its sequence outbox_id_seq must have CACHE 1 and NO CYCLE");
 }
 
+/*
+ * The primary key as the install script made it, and every other index
+ * partial on a retry time: the direct insert writes the key's entry, and
+ * a new row (no retry time) needs no other.
+ */
 static bool
 has_own_indexes_only(Relation rel)
 {
 	List	   *indexes = RelationGetIndexList(rel);
-	/* the partial ones take no entry for a new row (no retry time) */
-	bool		own = list_length(indexes) == 2 + OidIsValid(relations.held_index) &&
-		list_member_oid(indexes, relations.index) &&
-		list_member_oid(indexes, relations.retry_index) &&
-		(!OidIsValid(relations.held_index) ||
-		 list_member_oid(indexes, relations.held_index));
+	ListCell   *cell;
+	bool		own = list_member_oid(indexes, relations.index);
 
+	foreach(cell, indexes)
+	{
+		Relation	index;
+
+		if (!own)
+			break;
+		index = index_open(lfirst_oid(cell), AccessShareLock);
+		own = lfirst_oid(cell) == relations.index ?
+			outbox_index_is_primary_key(index) :
+			outbox_index_only_for_retries(index);
+		index_close(index, AccessShareLock);
+	}
 	list_free(indexes);
 	return own;
 }

@@ -16,6 +16,11 @@
 #  (d) ALTER SEQUENCE outbox_id_seq CACHE 50: outbox_send() raises 55000
 #      (ids would no longer be handed out in call order); CACHE 1 again and
 #      it works.
+#  (e) the retry and held indexes re-created without their predicate and
+#      the primary key as (id), all under their names: outbox_send()'s
+#      rows are in every index (the direct insert writes the key's entry
+#      only, right only for the shapes the install script made), and the
+#      events are delivered, in order.
 use strict;
 use warnings;
 use FindBin;
@@ -27,7 +32,7 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $shards = 2;
-my $broker = start_broker(topics => [ 'idx_cic:4', 'idx_a:2', 'idx_reindex:4', 'idx_types:2' ]);
+my $broker = start_broker(topics => [ 'idx_cic:4', 'idx_a:2', 'idx_reindex:4', 'idx_types:2', 'idx_shape:2' ]);
 my $node = new_outbox_node('indexes', $broker, shards => $shards, conf => qq{
 outbox.batch_size = 200
 restart_after_crash = on
@@ -240,6 +245,25 @@ my %t = map { $_->{value} => 1 } @{ consume($broker, 'idx_types') };
 diag('FIGURES types_in_kafka: ' . join(',', sort keys %t));
 ok($t{'type-restored'} && $t{'cache-1'}, '(c, d) the events sent after the restores are in Kafka');
 ok(!$t{'bad-type'} && !$t{'cache-50'}, '(c, d) the refused events are not');
+
+# ---- (e) indexes re-created in another shape ------------------------------
+ok(set_delivery(0), '(e) delivery paused');
+sql(q{DROP INDEX outbox_retry_idx; CREATE INDEX outbox_retry_idx ON outbox (shard, id);
+	DROP INDEX outbox_held_idx; CREATE INDEX outbox_held_idx ON outbox USING hash (key);
+	ALTER TABLE outbox DROP CONSTRAINT outbox_pkey, ADD CONSTRAINT outbox_pkey PRIMARY KEY (id)});
+my @shaped = map { "shape-$_" } 1 .. 20;
+($ret, $stdout, $stderr) = try_sql(join('', map { "SELECT outbox_send('idx_shape', '$_', 'ks');\n" } @shaped));
+is($ret, 0, '(e) outbox_send() works') or diag($stderr);
+is(index_check('outbox_retry_idx'), '', '(e) bt_index_check(outbox_retry_idx, true) passes');
+is(index_check('outbox_pkey'), '', '(e) bt_index_check(outbox_pkey, true) passes');
+my $by_key = q{SET enable_seqscan = off; SET enable_bitmapscan = off;
+	%s SELECT count(*) FROM outbox WHERE key = 'ks'::bytea};
+like(sql(sprintf($by_key, 'EXPLAIN')), qr/outbox_held_idx/, '(e) a look-up by key uses the hash index');
+is(sql(sprintf($by_key, '')), scalar @shaped, '(e) ... and finds every row');
+ok(set_delivery(1), '(e) delivery resumed');
+ok(wait_for_empty($node, 60), '(e) the outbox drains');
+is_deeply([ map { $_->{value} } @{ consume($broker, 'idx_shape') } ], \@shaped,
+	'(e) every event arrived once, in order');
 
 $node->stop;
 $broker->stop;
