@@ -228,7 +228,7 @@ typedef struct SendRelations
 	Oid			index;
 	Oid			sequence;
 	bool		examined;		/* the checks below hold for the locked table */
-	bool		pristine;		/* only its own indexes, no triggers or checks */
+	bool		pristine;		/* indexes of its own shapes only, no triggers or checks */
 	bool		before_0_3;		/* no payload_type yet: ALTER EXTENSION pending */
 	IndexInfo  *index_info;		/* of the primary key, for the direct insert */
 } SendRelations;
