@@ -17,21 +17,34 @@
 #include "nodes/primnodes.h"
 #include "utils/rel.h"
 
+/* What both of the install script's btrees start with. */
+static bool
+btree_leading_with_shard(Relation index)
+{
+	return index->rd_rel->relkind == RELKIND_INDEX &&
+		index->rd_rel->relam == BTREE_AM_OID &&
+		index->rd_index->indkey.values[0] == OUTBOX_COL_SHARD + 1 &&
+		index->rd_opfamily[0] == INTEGER_BTREE_FAM_OID;
+}
+
 bool
 outbox_index_is_primary_key(Relation index)
 {
 	Form_pg_index form = index->rd_index;
 
-	return index->rd_rel->relkind == RELKIND_INDEX &&
-		index->rd_rel->relam == BTREE_AM_OID &&
+	return btree_leading_with_shard(index) &&
 		form->indisunique &&
 		form->indnatts == 2 && form->indnkeyatts == 2 &&
-		form->indkey.values[0] == OUTBOX_COL_SHARD + 1 &&
 		form->indkey.values[1] == OUTBOX_COL_ID + 1 &&
-		index->rd_opfamily[0] == INTEGER_BTREE_FAM_OID &&
 		index->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
 		RelationGetIndexExpressions(index) == NIL &&
 		RelationGetIndexPredicate(index) == NIL;
+}
+
+bool
+outbox_index_is_retry_index(Relation index)
+{
+	return btree_leading_with_shard(index) && outbox_index_only_for_retries(index);
 }
 
 bool

@@ -19,4 +19,7 @@ extern bool outbox_index_is_primary_key(Relation index);
  */
 extern bool outbox_index_only_for_retries(Relation index);
 
+/* A btree leading with shard, partial on a retry time alone. */
+extern bool outbox_index_is_retry_index(Relation index);
+
 #endif							/* OUTBOX_INDEX_SHAPE_H */

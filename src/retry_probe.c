@@ -18,8 +18,6 @@
 #include "access/relation.h"
 #include "access/stratnum.h"
 #include "access/table.h"
-#include "catalog/pg_am.h"
-#include "catalog/pg_opfamily.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -47,15 +45,9 @@ usable_now(Relation index)
 static bool
 is_retry_index(Relation index, Oid relid)
 {
-	Form_pg_index form = index->rd_index;
-
-	return index->rd_rel->relkind == RELKIND_INDEX &&
-		form->indrelid == relid &&
-		index->rd_rel->relam == BTREE_AM_OID &&
-		form->indkey.values[0] == OUTBOX_COL_SHARD + 1 &&
-		index->rd_opfamily[0] == INTEGER_BTREE_FAM_OID &&
-		usable_now(index) &&
-		outbox_index_only_for_retries(index);
+	/* its shape first: a relation of another kind has no rd_index */
+	return outbox_index_is_retry_index(index) &&
+		index->rd_index->indrelid == relid && usable_now(index);
 }
 
 /* The first row of the shard in the index with a retry time, if any. */
