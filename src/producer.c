@@ -190,12 +190,41 @@ is_size_refusal(rd_kafka_resp_err_t err)
  */
 static char timed_out_error[600];
 
+/*
+ * A report of success that proves nothing: librdkafka's idempotent producer
+ * also says NO_ERROR, with no offset, of a message whose own request failed
+ * retriably once a later request of its partition succeeded (an "implicit
+ * acknowledgement"). It counts on Kafka to have refused the later request
+ * otherwise, which Kafka does only where it already holds the producer's
+ * state: never on a partition this producer has not written to yet (after
+ * a worker's start, a crash, a rebuild), where it takes any sequence
+ * number. Only an offset proves a write; without one the event is produced
+ * again (a duplicate, at worst; exactly once aborts its transaction).
+ * Librdkafka reports no delivery with this code of its own.
+ */
+#define UNPROVEN_DELIVERY RD_KAFKA_RESP_ERR__BEGIN
+
+static rd_kafka_resp_err_t
+proven_error(const rd_kafka_message_t *message)
+{
+	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR && message->offset < 0)
+		return UNPROVEN_DELIVERY;
+	return message->err;
+}
+
 static void
 record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 {
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
 		event->outcome = EVENT_DELIVERED;
+		return;
+	}
+	if (err == UNPROVEN_DELIVERY)
+	{
+		event->outcome = EVENT_FAILED_RETRIABLE;
+		event->error = "Kafka reported it delivered without an offset "
+			"(an implicit acknowledgement), which does not prove it was written: produced again";
 		return;
 	}
 	/* the worker purged it: Kafka may have it or not, it is read again */
@@ -246,14 +275,15 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
 	OutboxEvent *event = (OutboxEvent *) message->_private;
-	rd_kafka_resp_err_t err = message->err;
+	rd_kafka_resp_err_t err = proven_error(message);
 
 	/* the progress record of a transaction (transaction.c) has no event */
 	if (event == NULL)
 	{
 		producer->progress.reported = true;
 		producer->progress.failed = (err != RD_KAFKA_RESP_ERR_NO_ERROR);
-		producer->progress.error = rd_kafka_err2str(err);
+		producer->progress.error = err == UNPROVEN_DELIVERY ?
+			"acknowledged without an offset" : rd_kafka_err2str(err);
 		producer->progress.offset = message->offset;
 		return;
 	}
