@@ -46,7 +46,8 @@ my $CREATE_TOPICS = File::Basename::dirname(__FILE__) . '/../tools/js/create-top
 END { local $?; $_->stop for @clusters; }
 
 # start_kafka_cluster(dir => DIR, security => 0|1, acls => 0|1,
-#   users => {name => password}, conf => "extra broker lines"): DIR must
+#   users => {name => password}, conf => "extra broker lines",
+#   proxied => 0|1): DIR must
 # not exist yet; everything of the cluster lives in it.
 sub start_kafka_cluster
 {
@@ -59,6 +60,7 @@ sub start_kafka_cluster
 		security => $opts{security} // 0,
 		acls => $opts{acls} // 0,
 		users => $opts{users} // {},
+		proxied => $opts{proxied} // 0,
 		conf => $opts{conf} // '',
 		nodes => [],
 	}, 'KafkaCluster';
@@ -91,6 +93,10 @@ sub attach_kafka_cluster
 
 sub bootstrap { my ($self) = @_; return join ',', map { "127.0.0.1:$_->{plain}" } @{ $self->_nodes }; }
 sub bootstrap_sasl { my ($self) = @_; return join ',', map { "127.0.0.1:$_->{sasl}" } @{ $self->_nodes }; }
+# proxied => 1: each broker also listens behind tools/kafka/produce_proxy.pl
+# (the test starts them: proxy_routes gives "proxy_port:broker_port" each)
+sub bootstrap_proxied { my ($self) = @_; return join ',', map { "127.0.0.1:$_->{proxy}" } @{ $self->_nodes }; }
+sub proxy_routes { my ($self) = @_; return map { "$_->{proxy}:$_->{proxied}" } @{ $self->_nodes }; }
 sub bootstrap_ssl { my ($self) = @_; return join ',', map { "127.0.0.1:$_->{ssl}" } @{ $self->_nodes }; }
 sub dir { return $_[0]{dir}; }
 sub startup_s { return $_[0]{startup_s}; }
@@ -105,6 +111,7 @@ sub _allocate_ports
 		my %node = (id => $i, dir => "$self->{dir}/node$i");
 		$node{$_} = free_port() for qw(plain controller);
 		$node{$_} = free_port() for $self->{security} ? qw(sasl ssl) : ();
+		$node{$_} = free_port() for $self->{proxied} ? qw(proxied proxy) : ();
 		make_path("$node{dir}/data");
 		$self->{nodes}[$i] = \%node;
 	}
@@ -150,6 +157,10 @@ sub _listeners
 	push @l, "CONTROLLER://127.0.0.1:$node->{controller}" if $with_controller;
 	push @l, "SASL_SSL://127.0.0.1:$node->{sasl}", "SSL://127.0.0.1:$node->{ssl}"
 	  if $self->{security};
+	# clients that bootstrap through the proxies are told the proxies'
+	# ports: everything they send passes through one
+	push @l, "PROXIED://127.0.0.1:" . ($with_controller ? $node->{proxied} : $node->{proxy})
+	  if $self->{proxied};
 	return join ',', @l;
 }
 
@@ -166,7 +177,7 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listeners=@{[ $self->_listeners($node, 1) ]}
 advertised.listeners=@{[ $self->_listeners($node, 0) ]}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,PROXIED:PLAINTEXT
 log.dirs=$node->{dir}/data
 num.partitions=3
 default.replication.factor=3

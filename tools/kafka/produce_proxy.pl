@@ -1,0 +1,188 @@
+#!/usr/bin/perl
+# A TCP proxy in front of Kafka brokers that answers one Produce request
+# itself, with a retriable error (NOT_ENOUGH_REPLICAS), without passing it
+# on, while the requests after it go through: what a real cluster cannot
+# be told to do. Kafka, holding no state for a new producer on a
+# partition, writes the later requests (it takes any sequence number), and
+# librdkafka's idempotent producer, seeing them succeed, reports the
+# refused message delivered without an offset. t/109_kafka_unproven_ack.pl
+# runs it in front of a cluster started with proxied => 1.
+#
+# Usage: produce_proxy.pl LISTEN_PORT:BROKER_PORT ...  (127.0.0.1 only)
+# Prints "ready" once listening. SIGUSR1: each route refuses the next
+# Produce request a client sends through it, and prints "refused ...".
+# Produce versions 3 to 8 (librdkafka 2.0.2 sends 7). Ends when stdin
+# closes.
+use strict;
+use warnings;
+use IO::Select;
+use IO::Socket::INET;
+
+$| = 1;
+my $PRODUCE = 0;				# Kafka's api key of a Produce request
+my $NOT_ENOUGH_REPLICAS = 19;
+my (%listener_route, %peer, %client_route, %pending);
+my $select = IO::Select->new(\*STDIN);
+
+for my $route (@ARGV)
+{
+	my ($listen, $target) = $route =~ /^(\d+):(\d+)$/ or die "bad route $route\n";
+	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $listen,
+		Listen => 16, ReuseAddr => 1) or die "listen on $listen: $!\n";
+	$listener_route{$s} = { target => $target, listen => $listen, refuse => 0 };
+	$select->add($s);
+}
+$SIG{USR1} = sub { $_->{refuse}++ for values %listener_route; };
+print "ready\n";
+
+sub accept_client
+{
+	my ($listener) = @_;
+	my $route = $listener_route{$listener};
+	my $client = $listener->accept or return;
+	my $broker = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $route->{target})
+	  or do { close $client; return; };
+	@peer{ $client, $broker } = ($broker, $client);
+	$client_route{$client} = $route;
+	$pending{$client} = '';
+	$select->add($client, $broker);
+}
+
+sub close_pair
+{
+	my ($s) = @_;
+	my $other = $peer{$s};
+	for my $h ($s, $other)
+	{
+		next unless $h;
+		$select->remove($h);
+		delete $peer{$h};
+		delete $client_route{$h};
+		delete $pending{$h};
+		close $h;
+	}
+}
+
+
+# A Produce request (versions 3-8) as [topic, [partitions]], and its
+# version and correlation id.
+sub parse_produce
+{
+	my ($request) = @_;
+	my ($version, $correlation, $client_len) = unpack('x4 x2 n N s>', $request);
+	my $at = 14 + ($client_len > 0 ? $client_len : 0);
+	die "Produce v$version: only versions 3 to 8 are understood\n" if $version < 3 || $version > 8;
+	my $txn_len = unpack("x$at s>", $request);
+	$at += 2 + ($txn_len > 0 ? $txn_len : 0) + 2 + 4;	# transactional id, acks, timeout
+	my ($ntopics) = unpack("x$at N", $request);
+	$at += 4;
+	my @topics;
+	for (1 .. $ntopics)
+	{
+		my $name_len = unpack("x$at n", $request);
+		my $name = substr($request, $at + 2, $name_len);
+		$at += 2 + $name_len;
+		my $nparts = unpack("x$at N", $request);
+		$at += 4;
+		my @partitions;
+		for (1 .. $nparts)
+		{
+			my ($partition, $records_len) = unpack("x$at N l>", $request);
+			push @partitions, $partition;
+			$at += 8 + ($records_len > 0 ? $records_len : 0);
+		}
+		push @topics, [ $name, \@partitions ];
+	}
+	return ($version, $correlation, \@topics);
+}
+
+# Kafka's answer to it, had every partition been refused with $error.
+sub produce_error_response
+{
+	my ($version, $correlation, $topics, $error) = @_;
+	my $body = pack('N N', $correlation, scalar @$topics);
+	for my $topic (@$topics)
+	{
+		my ($name, $partitions) = @$topic;
+		$body .= pack('n/a* N', $name, scalar @$partitions);
+		for my $partition (@$partitions)
+		{
+			$body .= pack('N s> q> q>', $partition, $error, -1, -1);
+			$body .= pack('q>', -1) if $version >= 5;	# log start offset
+			$body .= pack('N s>', 0, -1) if $version >= 8;	# record errors, message
+		}
+	}
+	$body .= pack('N', 0);		# throttle time
+	return pack('N', length $body) . $body;
+}
+
+# A signal may cut a write short: the rest follows.
+sub write_all
+{
+	my ($h, $data) = @_;
+	while (length $data)
+	{
+		my $n = syswrite($h, $data);
+		return 0 unless defined $n || $!{EINTR};
+		substr($data, 0, $n // 0, '');
+	}
+	return 1;
+}
+
+# A client's bytes go on whole request by whole request, so that one
+# Produce request can be answered here instead.
+sub forward_requests
+{
+	my ($client) = @_;
+	my $route = $client_route{$client};
+	while (length $pending{$client} >= 8)
+	{
+		my ($size, $api_key) = unpack('N n', $pending{$client});
+		last if length $pending{$client} < 4 + $size;
+		my $request = substr($pending{$client}, 0, 4 + $size, '');
+		if ($api_key == $PRODUCE && $route->{refuse} > 0)
+		{
+			$route->{refuse}--;
+			my ($version, $correlation, $topics) = parse_produce($request);
+			write_all($client, produce_error_response($version, $correlation, $topics,
+				$NOT_ENOUGH_REPLICAS)) or return close_pair($client);
+			print "refused Produce request $correlation (v$version) to port $route->{target}: ",
+			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), "\n";
+			next;
+		}
+		write_all($peer{$client}, $request) or return close_pair($client);
+	}
+}
+
+while (1)
+{
+	for my $s ($select->can_read(1))
+	{
+		if ($s == \*STDIN)
+		{
+			exit 0 unless sysread(STDIN, my $ignored, 4096);
+			next;
+		}
+		if ($listener_route{$s})
+		{
+			accept_client($s);
+			next;
+		}
+		next unless $peer{$s};
+		my $n = sysread($s, my $data, 65536);
+		if (!$n)
+		{
+			close_pair($s);
+			next;
+		}
+		if (exists $client_route{$s})
+		{
+			$pending{$s} .= $data;
+			forward_requests($s);
+		}
+		else
+		{
+			write_all($peer{$s}, $data) or close_pair($s);
+		}
+	}
+}
