@@ -9,7 +9,8 @@
 # The worker takes only an offset as proof (src/producer.c): the event is
 # produced again and every one arrives (without that: 19 of 20, and 18 of
 # 20 when a keyed opener's request is the one refused).
-# Keyless events, and a keyed partition opener followed by keyless ones.
+# Keyless events, and a keyed partition opener followed by keyless ones; in
+# exactly-once mode, keyless events read with read_committed.
 use strict;
 use warnings;
 use FindBin;
@@ -59,9 +60,31 @@ for my $case ([ keyless => 'keyless events', 'NULL' ],
 	push @figures, sprintf('%s: drained_s=%.1f arrived=%d of 20, records=%d', $topic, $drained,
 		scalar @got, scalar @$records);
 }
-diag("FIGURES unproven acknowledgements, real Kafka, first request refused: @figures");
-
 $node->stop;
+
+# Exactly once: the transaction that holds such a report is aborted and
+# read again; a read_committed consumer sees each event once.
+$cluster->create_topic('eos', partitions => 1);
+$cluster->create_topic('outbox_progress', partitions => 3,
+	config => { 'cleanup.policy' => 'compact', 'segment.ms' => 60000 });
+my $eos = new_outbox_node('unproven_ack_eos', $through_proxy, shards => 1,
+	kafka_config => "$OutboxTest::TEST_KAFKA_CONFIG,batch.num.messages=1",
+	conf => 'outbox.delivery = exactly_once');
+ok(pause_delivery($eos, 1), 'exactly once: delivery paused');
+$eos->safe_psql('postgres', "SELECT outbox_send('eos', 'e' || i) FROM generate_series(1, 20) i");
+$out = '';
+$proxy->signal('USR1');
+reload_with($eos, 'outbox.enabled = on');
+ok(wait_for_empty($eos, 120), 'exactly once: the outbox drains');
+$proxy->pump_nb;
+like($out, qr/^refused Produce request/m, 'exactly once: the proxy refused a Produce request');
+my $committed = consume($cluster, 'eos', undef, 'read_committed');
+is_deeply([ sort map { $_->{value} } @$committed ], [ sort map { "e$_" } 1 .. 20 ],
+	'exactly once: read_committed, every event once');
+push @figures, sprintf('eos: read_committed records=%d', scalar @$committed);
+$eos->stop;
+
+diag("FIGURES unproven acknowledgements, real Kafka, first request refused: @figures");
 $proxy->kill_kill;
 $cluster->stop;
 done_testing();
