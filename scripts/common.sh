@@ -15,7 +15,9 @@ CACHE=${OUTBOX_CACHE:-/var/cache/pg_outbox}
 export OUTBOX_KAFKA_LIBS=$CACHE/kafka/libs
 export OUTBOX_DEBEZIUM_LIBS=$CACHE/debezium/libs
 
-log() { printf '\n== %s\n' "$*"; }
+# each line says the seconds since the script started, so that a long
+# run's log shows where its time went
+log() { printf '\n== [+%d s] %s\n' "$SECONDS" "$*"; }
 
 # Installing packages and running as another user need root: a user with
 # sudo is asked for it here, so the README's commands work for both.

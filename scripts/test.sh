@@ -30,13 +30,18 @@ if [ "${1:-}" = --pg ]; then
   shift 2
   [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
 elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
-  logs=$(mktemp -d); trap 'rm -rf "$logs"' EXIT; failed=()
+  logs=$(mktemp -d); trap 'rm -rf "$logs"' EXIT; failed=(); times=()
   for major in 15 17 18; do
     log "PostgreSQL $major"
+    started=$SECONDS
     bash "$0" --pg "$major" 2>&1 | tee "$logs/$major.log" ||
       { failed+=("$major"); echo "TESTS FAILED on PostgreSQL $major"; }
+    times+=("$major: $((SECONDS - started)) s")
   done
   for major in "${failed[@]}"; do failure_digest "$major" "$logs/$major.log"; done
+  # where the time went: each major, and each part of it (its log lines)
+  log "TIMES ${times[*]}; total $SECONDS s"
+  grep -h '^== \[+' "$logs"/*.log || true
   [ ${#failed[@]} -eq 0 ] || exit 1
   echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
   exit 0
