@@ -41,7 +41,7 @@ PG_CONFIG=/usr/lib/postgresql/$MAJOR/bin/pg_config
 TREE=/tmp/pg_outbox-tree
 PKG=/tmp/pg_outbox-pkg
 
-log() { printf '\n== [pg %s, %s] %s\n' "$MAJOR" "$SUITE" "$*"; }
+log() { printf '\n== [+%d s] [pg %s, %s] %s\n' "$SECONDS" "$MAJOR" "$SUITE" "$*"; }
 [ "$(id -u)" -eq 0 ] || { echo "chroot.sh: run as root (debootstrap, chroot, mount)" >&2; exit 1; }
 in_root() { local r=$1; shift; chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
