@@ -204,8 +204,8 @@ read_from_sql(const char *s, const char *hold)
  * worker reads hundreds of times a second under load, and planning each
  * read was a third of its main thread's time. The ids the window holds
  * (found again by a read that starts below them where an open transaction
- * ended, or as due retries until they are settled) are left out by the receiver, not by
- * the query: the limit counts them in.
+ * ended, or as due retries until they are settled) are left out by the
+ * receiver, not by the query: the limit counts them in.
  */
 static char *
 read_sql(const char *s, const char *hold)
@@ -861,9 +861,10 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
  * while it is there. The scan from scan_from finds those above it when it
  * starts below them, where a transaction open at an earlier read ended;
  * the due retries below scan_from (a read with retries) find a retry in
- * flight, or delivered and not yet settled: its row says it is due until the settle deletes it, in
- * exactly-once mode until the Kafka transaction commits. Without retries
- * the steady drain skips nothing (scan_from is above the window).
+ * flight, or delivered and not yet settled: its row says it is due until
+ * the settle deletes it, in exactly-once mode until the Kafka transaction
+ * commits. Without retries the steady drain skips nothing (scan_from is
+ * above the window).
  */
 static int
 window_skip(const OutboxWindowIds *window, int64 from_id, int64 **skip)
