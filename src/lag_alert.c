@@ -29,9 +29,11 @@
 static TimestampTz last_check = 0;
 
 static void
-report(const char *who, int shard, bool late, double lag_s)
+report(const char *who, int shard, int64 from_id, Oid from_extension, bool late, double lag_s)
 {
 	char		last_error[256];
+	int64		pending;
+	int64		retries;
 
 	if (!late)
 	{
@@ -41,60 +43,60 @@ report(const char *who, int shard, bool late, double lag_s)
 		return;
 	}
 	outbox_stats_last_error(last_error, sizeof(last_error));
+	pending = outbox_pending_count(shard, from_id, from_extension, &retries);
 	ereport(WARNING,
 			(errmsg("%s: the oldest pending event is %.1f s old, over outbox.lag_warning (%d ms)",
 					who, lag_s, outbox_lag_warning_ms),
 			 errdetail("" INT64_FORMAT " event(s) pending in shard %d; last error: %s",
-					   outbox_pending_count(shard), shard,
-					   last_error[0] ? last_error : "none")));
+					   pending + retries, shard, last_error[0] ? last_error : "none")));
 }
 
-static int64
-check(const char *who, int shard, int64 from_id, TimestampTz now)
+static void
+check(const char *who, int shard, int64 from_id, Oid from_extension, TimestampTz now)
 {
 	TimestampTz oldest;
-	int64		oldest_id = PG_INT64_MAX;
+	int64		oldest_id;
 	TimestampTz last_line;
 	double		lag_s = 0;
 	bool		late;
 	/* in shared memory: a restarted worker does not warn again */
 	bool		warned = outbox_stats_lag_warned(&last_line);
 
-	if (outbox_oldest_pending(shard, from_id, &oldest, &oldest_id) && oldest < now)
+	if (outbox_oldest_pending(shard, from_id, from_extension, &oldest, &oldest_id) &&
+		oldest < now)
 		lag_s = (double) (now - oldest) / USECS_PER_SEC;
 	late = lag_s * 1000.0 > outbox_lag_warning_ms;
 	if (late == warned)
-		return oldest_id;
+		return;
 	/* a change soon after the last line waits for a later look */
 	if (last_line != 0 &&
 		!TimestampDifferenceExceeds(last_line, now, Max(outbox_lag_warning_ms, MIN_LINE_INTERVAL_MS)))
-		return oldest_id;
-	report(who, shard, late, lag_s);
+		return;
+	report(who, shard, from_id, from_extension, late, lag_s);
 	outbox_stats_set_lag_warned(late, now);
-	return oldest_id;
 }
 
 /*
- * Looks at the lag of the shard's events from from_id on, at most once a
- * second, and returns the id of the first one (PG_INT64_MAX: none, or no
- * look). Runs its own transactions, so it must be called outside one; an
- * error is logged and leaves the worker's state as it was.
+ * Looks at the lag of the shard's events from from_id on (of the extension
+ * from_extension; another is looked at from its start) and of those
+ * waiting for a retry below it, at most once a second. Runs its own
+ * transactions, so it must be called outside one; an error is logged and
+ * leaves the worker's state as it was.
  */
-int64
-outbox_check_lag(const char *who, int shard, int64 from_id)
+void
+outbox_check_lag(const char *who, int shard, int64 from_id, Oid from_extension)
 {
-	volatile int64 oldest_id = PG_INT64_MAX;
 	MemoryContext context = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (outbox_lag_warning_ms <= 0 || RecoveryInProgress() ||
 		!TimestampDifferenceExceeds(last_check, now, CHECK_INTERVAL_MS))
-		return PG_INT64_MAX;
+		return;
 	last_check = now;
 	PG_TRY();
 	{
-		oldest_id = check(who, shard, from_id, now);
+		check(who, shard, from_id, from_extension, now);
 	}
 	PG_CATCH();
 	{
@@ -106,5 +108,4 @@ outbox_check_lag(const char *who, int shard, int64 from_id)
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(context);
-	return oldest_id;
 }

@@ -8,6 +8,6 @@
 #include "postgres.h"
 
 /* who: the worker, for the log */
-extern int64 outbox_check_lag(const char *who, int shard, int64 from_id);
+extern void outbox_check_lag(const char *who, int shard, int64 from_id, Oid from_extension);
 
 #endif							/* OUTBOX_LAG_ALERT_H */

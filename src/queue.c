@@ -60,8 +60,8 @@ typedef struct Plans
 	SPIPlanPtr	reshard;
 	SPIPlanPtr	instance;
 	SPIPlanPtr	rotate_instance;
-	SPIPlanPtr	oldest;			/* created_at of the shard's first event */
-	SPIPlanPtr	pending;		/* how many events the shard has */
+	SPIPlanPtr	oldest;			/* created_at of the shard's first pending event */
+	SPIPlanPtr	pending;		/* how many events the shard has pending */
 } Plans;
 
 static SPIPlanPtr extension_plan = NULL;
@@ -203,9 +203,9 @@ read_from_sql(const char *s, const char *hold)
  * $1 shard, $2 scan start, $3 limit. Planned once (a generic plan): a
  * worker reads hundreds of times a second under load, and planning each
  * read was a third of its main thread's time. The ids the window holds
- * (found again by a read pinned low by an open transaction, or as due
- * retries until they are settled) are left out by the receiver, not by
- * the query: the limit counts them in.
+ * (found again by a read that starts below them where an open transaction
+ * ended, or as due retries until they are settled) are left out by the
+ * receiver, not by the query: the limit counts them in.
  */
 static char *
 read_sql(const char *s, const char *hold)
@@ -359,12 +359,41 @@ prepare_rotate_plan(const char *s)
 									5, rotate_args);
 }
 
+/*
+ * The lag look's and its count's statements: from the worker's position
+ * ($2; the deleted rows before it are skipped, which a long snapshot keeps
+ * from being removed), and the retries below it through the small retry
+ * index.
+ */
+#define RETRIES_BELOW_SQL " FROM %s.outbox WHERE shard" EQ "$1" \
+	" AND next_attempt_at IS NOT NULL AND id OPERATOR(pg_catalog.<) $2"
+#define FROM_POSITION_SQL " FROM %s.outbox WHERE shard" EQ "$1" \
+	" AND id OPERATOR(pg_catalog.>=) $2"
+
+static void
+prepare_lag_plans(const char *s)
+{
+	Oid			lag_args[] = {INT4OID, INT8OID};
+	char	   *retries = psprintf(RETRIES_BELOW_SQL, s);
+	char	   *from_position = psprintf(FROM_POSITION_SQL, s);
+
+	plans.oldest = prepare(psprintf(
+									"SELECT * FROM ("
+									"(SELECT created_at, id%s ORDER BY id LIMIT 1)"
+									" UNION ALL (SELECT created_at, id%s ORDER BY id LIMIT 1)"
+									") r ORDER BY r.id LIMIT 1", retries, from_position),
+						   2, lag_args);
+	plans.pending = prepare(psprintf(
+									 "SELECT (SELECT pg_catalog.count(*)%s),"
+									 " (SELECT pg_catalog.count(*)%s)", from_position, retries),
+							2, lag_args);
+}
+
 static void
 prepare_plans(const char *schema)
 {
 	const char *s = quote_identifier(schema);
 	Oid			reshard_args[] = {INT4OID, INT4OID};
-	Oid			oldest_args[] = {INT4OID, INT8OID};
 
 	prepare_read_plans(s);
 	prepare_settle_plans(s);
@@ -376,14 +405,7 @@ prepare_plans(const char *schema)
 	plans.instance = prepare(psprintf("SELECT id::text, timeline FROM %s.outbox_instance", s),
 							 0, NULL);
 	prepare_rotate_plan(s);
-	/* from the worker's position: the deleted rows before it are skipped */
-	plans.oldest = prepare(psprintf(
-									"SELECT created_at, id FROM %s.outbox WHERE shard" EQ "$1"
-									" AND id OPERATOR(pg_catalog.>=) $2 ORDER BY id LIMIT 1", s),
-						   2, oldest_args);
-	plans.pending = prepare(psprintf(
-									 "SELECT pg_catalog.count(*) FROM %s.outbox WHERE shard" EQ "$1", s),
-							1, oldest_args);
+	prepare_lag_plans(s);
 }
 
 /* This server's host name, as text; "" if it has none. */
@@ -783,16 +805,6 @@ any_held(int shard)
 	return !isnull;
 }
 
-/*
- * Reads the next events of a shard: those committed with id >= the scan
- * start, in id order, that are due and not behind a retry of their key.
- * The scan starts at the worker's cursor, or lower if a transaction still
- * open can commit a lower id, or at 0 after a rewind (dead letters put
- * back) that the worker has not yet taken in. The batch records what it
- * was read under; the worker takes the rewind in only when it produces the
- * batch, so a read thrown away cannot consume it. Returns false while the
- * extension does not exist.
- */
 /* For the rest of the step's transaction. */
 static void
 set_planner_option(const char *name, const char *value)
@@ -846,12 +858,13 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 
 /*
  * The window's events the read can find, ascending: none is read again
- * while it is there. The scan from scan_from finds those above it when an
- * open transaction pins it below them; the due retries below scan_from
- * (a read with retries) find a retry in flight, or delivered and not yet
- * settled: its row says it is due until the settle deletes it, in
- * exactly-once mode until the Kafka transaction commits. Without retries
- * the steady drain skips nothing (scan_from is above the window).
+ * while it is there. The scan from scan_from finds those above it when it
+ * starts below them, where a transaction open at an earlier read ended;
+ * the due retries below scan_from (a read with retries) find a retry in
+ * flight, or delivered and not yet settled: its row says it is due until
+ * the settle deletes it, in exactly-once mode until the Kafka transaction
+ * commits. Without retries the steady drain skips nothing (scan_from is
+ * above the window).
  */
 static int
 window_skip(const OutboxWindowIds *window, int64 from_id, int64 **skip)
@@ -873,25 +886,27 @@ no_ids(void *window, int64 from_id, int64 **ids)
 static const OutboxWindowIds no_window = {no_ids, NULL};
 
 /*
- * Where the read starts (batch->scan_from: the cursor, lower for an open
- * transaction or a due retry, 0 to read everything again), and the
- * window's ids it leaves out.
+ * Where the read starts (batch->scan_from: the cursor, lower where a
+ * transaction open below it at the last read has ended since or for a due
+ * retry, 0 to read everything again), and the window's ids it leaves out.
  */
 static int
-scan_start(OutboxBatch *batch, int shard, int64 cursor, bool retries, bool from_start,
+scan_start(OutboxBatch *batch, int shard, const OutboxReadPosition *position, bool retries,
 		   const OutboxWindowIds *window, int64 **skip)
 {
-	batch->scan_from = Min(cursor, batch->floor);
+	batch->scan_from = Min(position->cursor,
+						   outbox_lowest_ended(position->open_ids, position->nopen,
+											   batch->open_ids, batch->nopen));
 	if (retries)
 	{
 		int			nskip = window_skip(window, PG_INT64_MIN, skip);
 
 		batch->scan_from = Min(batch->scan_from, due_keyed_retry(shard, *skip, nskip));
-		if (from_start)
+		if (batch->from_start)
 			batch->scan_from = 0;
 		return nskip;
 	}
-	if (from_start)
+	if (batch->from_start)
 		batch->scan_from = 0;
 	return window_skip(window, batch->scan_from, skip);
 }
@@ -924,12 +939,23 @@ execute_read(SPIPlanPtr plan, int shard, int64 scan_from, ReadReceiver *receiver
 		elog(ERROR, "outbox: reading a batch failed");
 }
 
+/*
+ * Reads the next events of a shard: those committed with id >= the scan
+ * start, in id order, that are due and not behind a retry of their key.
+ * The scan starts at the worker's cursor, or lower where a transaction
+ * open below the cursor at the last read has ended since (registry.c, "the
+ * read floor"), or at 0 after a rewind (dead letters put back) that the
+ * worker has not yet taken in. The batch records what it was read under;
+ * the worker takes the rewind in only when it produces the batch, so a
+ * read thrown away cannot consume it. Returns false while the extension
+ * does not exist.
+ */
 bool
-outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
-				  Oid cursor_extension, const OutboxWindowIds *window,
-				  int limit, int64 max_bytes, uint64 rewind_generation)
+outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosition *position,
+				  const OutboxWindowIds *window, int limit, int64 max_bytes)
 {
 	MemoryContext batch_context = CurrentMemoryContext;
+	MemoryContext old_context;
 	bool		retries;
 	SPIPlanPtr	plan;
 	ReadReceiver *receiver;
@@ -952,22 +978,25 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	retries = any_retry(shard);
 	plan = !retries ? plans.read_fresh : any_held(shard) ? plans.read_holding : plans.read;
 
-	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation, &async);
+	old_context = MemoryContextSwitchTo(batch_context);
+	batch->nopen = outbox_take_snapshot_open_ids(slot, &batch->rewind_generation, &async,
+												 &batch->open_ids);
+	MemoryContextSwitchTo(old_context);
+	qsort(batch->open_ids, batch->nopen, sizeof(int64), outbox_compare_ids);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
 	batch->async_commits_lsn = outbox_async_flush_target(&async);
 	batch->async_commits_ended = async.ended;
+	batch->from_start = batch->rewind_generation != position->rewind_generation ||
+		position->extension != plans_extension_oid;
 	/* the ids of the window's events are of the cursor's extension */
-	if (cursor_extension != plans_extension_oid)
+	if (position->extension != plans_extension_oid)
 		window = &no_window;
-	nskip = scan_start(batch, shard, cursor, retries,
-					   batch->rewind_generation != rewind_generation ||
-					   cursor_extension != plans_extension_oid,
-					   window, &skip);
+	nskip = scan_start(batch, shard, position, retries, window, &skip);
 	receiver = read_receiver(batch, batch_context, limit, max_bytes, skip, nskip);
 	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);
-	PopActiveSnapshot();		/* the floor's snapshot */
+	PopActiveSnapshot();		/* the open ids' snapshot */
 	end_step(batch_context);
 	return true;
 }
@@ -1148,22 +1177,35 @@ outbox_reshard_orphans(int shard)
 	return moved;
 }
 
+/* The lag look's lower bound, 0 for another extension than the worker's. */
+static Datum *
+lag_args(int shard, int64 from_id, Oid from_extension)
+{
+	Datum	   *args = palloc(sizeof(Datum) * 2);
+
+	args[0] = Int32GetDatum(shard);
+	args[1] = Int64GetDatum(from_extension == plans_extension_oid ? from_id : 0);
+	return args;
+}
+
 /*
- * The created_at and id of the shard's first event from from_id on; false
- * when there is none or no extension.
+ * The created_at and id of the shard's first event from from_id on, or
+ * waiting for a retry below it; false when there is none or no extension.
  */
 bool
-outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at, int64 *id)
+outbox_oldest_pending(int shard, int64 from_id, Oid from_extension,
+					  TimestampTz *created_at, int64 *id)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
-	Datum		args[2] = {Int32GetDatum(shard), Int64GetDatum(from_id)};
 	bool		found = false;
 	bool		isnull;
 
 	begin_step("outbox: looking at the oldest pending event");
 	if (find_extension())
 	{
-		if (SPI_execute_plan(plans.oldest, args, NULL, true, 1) != SPI_OK_SELECT)
+		plan_by_index_only();
+		if (SPI_execute_plan(plans.oldest, lag_args(shard, from_id, from_extension), NULL,
+							 true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "outbox: reading the oldest pending event failed");
 		found = (SPI_processed == 1);
 		if (found)
@@ -1178,18 +1220,31 @@ outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at, int64 *
 	return found;
 }
 
-/* How many events the shard has (a count: for a log line, not a loop). */
+/*
+ * How many events the shard has from from_id on, and how many wait for a
+ * retry below it (*retries; the events their keys hold back below it are
+ * in neither): a count, for a log line, not a loop.
+ */
 int64
-outbox_pending_count(int shard)
+outbox_pending_count(int shard, int64 from_id, Oid from_extension, int64 *retries)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	int64		count = 0;
 	bool		isnull;
 
+	*retries = 0;
 	begin_step("outbox: counting pending events");
 	if (find_extension())
-		count = DatumGetInt64(shard_value(plans.pending, shard, &isnull,
-										  "counting pending events"));
+	{
+		plan_by_index_only();
+		if (SPI_execute_plan(plans.pending, lag_args(shard, from_id, from_extension), NULL,
+							 true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "outbox: counting pending events failed");
+		count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											1, &isnull));
+		*retries = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+											   2, &isnull));
+	}
 	end_step(caller_context);
 	return count;
 }

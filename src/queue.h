@@ -18,7 +18,10 @@ typedef struct OutboxBatch
 	int64		bytes;			/* of what its events hold (OutboxEvent.size) */
 	bool		more;			/* the read stopped at a limit: read again */
 	int64		scan_from;		/* the read covered ids from here */
-	int64		floor;			/* lowest id an open transaction can commit */
+	bool		from_start;		/* ... from 0: a rewind, or another extension */
+	int64	   *open_ids;		/* of the transactions open at the read,
+								 * ascending (registry.c) */
+	int			nopen;
 	uint64		rewind_generation;	/* of the registry, when read */
 	Oid			extension_oid;	/* the extension the rows were read from */
 	const char *instance;		/* its outbox_instance id, read with the rows */
@@ -45,16 +48,31 @@ typedef struct OutboxWindowIds
 } OutboxWindowIds;
 
 /*
+ * Where the worker's last read left it: the cursor (every id below is read
+ * or can't appear but in a transaction of open_ids), the extension it is
+ * of, the rewind generation it took in, and the ids (ascending) of the
+ * transactions open at that read below the cursor.
+ */
+typedef struct OutboxReadPosition
+{
+	int64		cursor;
+	Oid			extension;
+	uint64		rewind_generation;
+	const int64 *open_ids;
+	int			nopen;
+} OutboxReadPosition;
+
+/*
  * Reads up to limit events (and max_bytes of what they hold, at least one
- * event) into batch, in the current memory context: from the cursor (of
- * the extension cursor_extension: another one is read from its start),
- * leaving out the window's events.
+ * event) into batch, in the current memory context: from the cursor, or
+ * from where a transaction of the position's open ids ended since (another
+ * extension than the position's is read from its start), leaving out the
+ * window's events.
  */
 extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
-							  int64 cursor, Oid cursor_extension,
+							  const OutboxReadPosition *position,
 							  const OutboxWindowIds *window,
-							  int limit, int64 max_bytes,
-							  uint64 rewind_generation);
+							  int limit, int64 max_bytes);
 
 /* What a settle does with the rows of events Kafka did not take. */
 typedef enum SettlePolicy
@@ -72,8 +90,15 @@ typedef enum SettlePolicy
 extern bool outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 								 Oid extension_oid, int shard, SettlePolicy policy);
 
-extern bool outbox_oldest_pending(int shard, int64 from_id, TimestampTz *created_at,
-								  int64 *id);
-extern int64 outbox_pending_count(int shard);
+/*
+ * The lag look's lower bound: the lowest id the worker may still have to
+ * deliver that is not waiting for a retry (those are looked up through the
+ * retry index), of the extension from_extension: another one is looked at
+ * from its start.
+ */
+extern bool outbox_oldest_pending(int shard, int64 from_id, Oid from_extension,
+								  TimestampTz *created_at, int64 *id);
+extern int64 outbox_pending_count(int shard, int64 from_id, Oid from_extension,
+								  int64 *retries);
 
 #endif							/* OUTBOX_QUEUE_H */

@@ -5,8 +5,10 @@
  *		first id that can still appear instead of rescanning the dead rows
  *		its own deletes left behind. Its parts: send.c registers each
  *		transaction's first id and clears it at commit or abort; this file
- *		computes the floor with the read's snapshot; queue.c scans from
- *		min(cursor, floor); worker.c's next_cursor() moves the cursor.
+ *		lists the open transactions' ids with the read's snapshot; queue.c
+ *		scans from the cursor, or from where a transaction the worker knew
+ *		open below it has ended since; worker.c's next_cursor() moves the
+ *		cursor and keeps the open ids below it.
  *		The same entries say which of them commit asynchronously, for
  *		durability.c.
  */
@@ -94,28 +96,45 @@ outbox_registry_shmem_startup(void)
  *
  * What it is for: a worker deletes what Kafka acknowledged, so its shard is
  * a trail of dead rows below its position. Starting each read at its
- * cursor skips them, but is only safe if no event below the cursor can
- * still commit. The floor is the lowest id an open transaction of this
- * database may still commit; a read scans from min(cursor, floor) and
- * leaves the next read a cursor of at most its floor and at most the id
- * after the last event it read (worker.c, next_cursor).
+ * cursor skips them, but is only safe if every id below the cursor that
+ * can still commit is known. A read's snapshot comes with the lowest id of
+ * each transaction of this database open at that moment (the lowest of
+ * them is the floor). The worker keeps those below the read's next cursor
+ * (worker.c, next_cursor: the id after the last event it read); a later
+ * read scans from the cursor, or from the lowest kept id that its own list
+ * no longer has: that transaction ended, and its rows, below the cursor,
+ * are found by that one read. A transaction still open is never scanned
+ * for: its rows are invisible until it ends. So a transaction left open
+ * (idle in transaction after outbox_send, for hours) costs the reads
+ * nothing while it stays open, and one walk of what was deleted since its
+ * first id when it ends, where a scan from the floor would walk all of
+ * that at every read, as long as a snapshot keeps the dead rows' index
+ * entries from being killed.
  *
  * Why it holds: outbox_id_seq has CACHE 1 and NO CYCLE (send.c refuses
- * any other), so ids are handed out in call order. A transaction's first
- * nextval() runs with the registry lock held shared, and its id is stored
- * in the backend's entry before the lock is released; its later ids are
- * higher. The entry is cleared at XACT_EVENT_COMMIT, after the commit is
- * visible in the ProcArray, or at abort. A worker takes the registry lock
- * exclusively, scans the entries, takes its snapshot, then releases. Every
- * id is therefore, as seen by that read, either
+ * any other), so ids are handed out in call order and never twice. A
+ * transaction's first nextval() runs with the registry lock held shared,
+ * and its id is stored in the backend's entry before the lock is released;
+ * its later ids are higher. The entry is cleared at XACT_EVENT_COMMIT,
+ * after the commit is visible in the ProcArray, or at abort. A worker
+ * takes the registry lock exclusively, lists the entries, takes its
+ * snapshot, then releases. Every id is therefore, as seen by that read,
+ * either
  *  - handed out before the worker's exclusive hold, and its transaction
- *    still registered: the id is >= the floor, so >= the next cursor; or
- *    it ended before the scan: a commit is then in the snapshot (the
- *    clearing write follows the ProcArray update, and the worker's lock
- *    acquisitions order its reads after that write), so the read returns
- *    the id or stops below it; or
+ *    still registered: the id is >= the registered id the read lists,
+ *    which the worker keeps if it is below the next cursor (if not, the id
+ *    is above the next cursor too); or it ended before the listing: a
+ *    commit is then in the snapshot (the clearing write follows the
+ *    ProcArray update, and the worker's lock acquisitions order its reads
+ *    after that write), so the read returns the id or stops below it; or
  *  - handed out after the hold: higher than every id handed out before,
  *    so than every id the snapshot shows, so at or above the next cursor.
+ * A kept id that a later read's list does not have belongs to a
+ * transaction that ended before that listing: by the same argument its
+ * commit is in that read's snapshot, and the read starts at that id. A
+ * read with no event leaves the cursor where it was, which was valid
+ * already (one from the start leaves it at 0, below).
+ *
  * Dead letters put back (outbox_register_reinsert) register their lowest
  * old id the same way and bump the workers' rewind generation, so the
  * next read starts from 0.
@@ -267,32 +286,80 @@ read_async_commits(OutboxAsyncCommits *async)
 }
 
 /*
- * Takes the snapshot a worker reads its batch with, and returns the lowest
- * id any transaction of this database still open at that moment can commit
- * (PG_INT64_MAX if none), with the worker's rewind generation and what the
- * snapshot may hold of asynchronous commits. Must be called in a
- * transaction; pushes the snapshot as active. The gate first, so that
- * registrants cannot keep the registry lock from us.
+ * Fills ids (room for every entry) with the lowest ids of this database's
+ * open transactions; returns how many.
  */
-int64
-outbox_take_snapshot_floor(int slot, uint64 *rewind_generation, OutboxAsyncCommits *async)
+static int
+collect_open_ids(int64 *ids)
 {
-	uint64		floor = PG_UINT64_MAX;
+	int			n = 0;
 
-	LWLockAcquire(registry_gate, LW_EXCLUSIVE);
-	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < registry->nprocs; i++)
 	{
 		uint64		id = pg_atomic_read_u64(&registry->entries[i].lowest_id);
 
-		if (id != 0 && id < floor && registry->entries[i].dboid == MyDatabaseId)
-			floor = id;
+		if (id != 0 && id <= (uint64) PG_INT64_MAX &&
+			registry->entries[i].dboid == MyDatabaseId)
+			ids[n++] = (int64) id;
 	}
+	return n;
+}
+
+/*
+ * Takes the snapshot a worker reads its batch with, and returns the lowest
+ * id of each transaction of this database still open at that moment, as
+ * registered (palloc'd, in no order; the lowest is the floor), with the
+ * worker's rewind generation and what the snapshot may hold of
+ * asynchronous commits. Must be called in a transaction; pushes the
+ * snapshot as active. The gate first, so that registrants cannot keep the
+ * registry lock from us.
+ */
+int
+outbox_take_snapshot_open_ids(int slot, uint64 *rewind_generation, OutboxAsyncCommits *async,
+							  int64 **open_ids)
+{
+	int			n;
+
+	*open_ids = palloc(sizeof(int64) * registry->nprocs);
+	LWLockAcquire(registry_gate, LW_EXCLUSIVE);
+	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
+	n = collect_open_ids(*open_ids);
 	*rewind_generation = outbox_slot_rewind_generation(slot);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	LWLockRelease(registry_lock);
 	LWLockRelease(registry_gate);
 	read_async_commits(async);
+	return n;
+}
 
-	return floor > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) floor;
+/*
+ * The same ids without the lock or a snapshot, for a look that may be a
+ * moment late (the lag look): an entry cleared just after is seen next
+ * time.
+ */
+int
+outbox_open_ids_now(int64 **open_ids)
+{
+	*open_ids = palloc(sizeof(int64) * registry->nprocs);
+	return collect_open_ids(*open_ids);
+}
+
+/*
+ * Of the ids a worker kept from an earlier list (known), the lowest no
+ * longer in a later one (open), both ascending: its transaction ended
+ * before the later list was taken (PG_INT64_MAX if none did).
+ */
+int64
+outbox_lowest_ended(const int64 *known, int nknown, const int64 *open, int nopen)
+{
+	int			j = 0;
+
+	for (int i = 0; i < nknown; i++)
+	{
+		while (j < nopen && open[j] < known[i])
+			j++;
+		if (j == nopen || open[j] != known[i])
+			return known[i];
+	}
+	return PG_INT64_MAX;
 }

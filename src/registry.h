@@ -31,8 +31,10 @@ typedef struct OutboxAsyncCommits
 	bool		under_way;
 } OutboxAsyncCommits;
 
-/* workers reading their shard (queue.c) */
-extern int64 outbox_take_snapshot_floor(int slot, uint64 *rewind_generation,
-										OutboxAsyncCommits *async);
+/* workers reading their shard (queue.c), and their lag look */
+extern int	outbox_take_snapshot_open_ids(int slot, uint64 *rewind_generation,
+										  OutboxAsyncCommits *async, int64 **open_ids);
+extern int	outbox_open_ids_now(int64 **open_ids);
+extern int64 outbox_lowest_ended(const int64 *known, int nknown, const int64 *open, int nopen);
 
 #endif							/* OUTBOX_REGISTRY_H */

@@ -30,6 +30,7 @@
 #include "compat.h"
 #include "durability.h"
 #include "lag_alert.h"
+#include "registry.h"
 #include "session.h"
 #include "settings.h"
 #include "slots.h"
@@ -118,8 +119,12 @@ typedef struct WorkerState
 	bool		no_producer;	/* creating one failed: waiting for a
 								 * settings change */
 	OutboxWindow *window;
-	int64		cursor;			/* every id below is read or can't appear */
+	int64		cursor;			/* every id below is read or can't appear,
+								 * but in a transaction of open_ids */
 	Oid			cursor_extension;	/* the extension the cursor is of */
+	int64	   *open_ids;		/* of transactions open below the cursor at
+								 * the last read, ascending (registry.c) */
+	int			nopen;
 	uint64		rewind_generation;
 	bool		adopted_orphans;
 	bool		rewinding;		/* after a failure: produce nothing until
@@ -145,8 +150,6 @@ typedef struct WorkerState
 	WaitEventSet *wait_set;		/* freed with the producer whose pipe it watches */
 	bool		wait_set_pipe;	/* it watches the producer's pipe */
 	TimestampTz last_look;		/* see look_around() */
-	int			looks;			/* how many look_around() made */
-	int64		lag_floor;		/* the first pending id the last full look saw */
 } WorkerState;
 
 /*
@@ -720,20 +723,23 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 
 /*
  * The next read starts at the lowest id that may still be in the outbox
- * for us: one of this read not produced, one an open transaction may
- * still commit, or the first id not read. (Events in flight count as
+ * for us: one of this read not produced, or the first id not read; below
+ * it, only transactions open at this read can still commit, and the next
+ * read looks below the cursor for those of them that ended since
+ * (registry.c, "the read floor"). A read without events leaves the cursor
+ * where it was, unless it read from the start. (Events in flight count as
  * delivered: if one is not, the settle moves the cursor back to it. An
  * event waiting for its retry brings the read back to it when due: see
  * due_keyed_retry() in queue.c.)
  */
 static int64
-next_cursor(OutboxBatch *batch)
+next_cursor(WorkerState *st, OutboxBatch *batch)
 {
-	int64		cursor = batch->floor;
+	int64		cursor;
 
 	if (batch->nevents == 0)
-		return Min(cursor, batch->scan_from);
-	cursor = Min(cursor, batch->events[batch->nevents - 1].id + 1);
+		return batch->from_start ? batch->scan_from : st->cursor;
+	cursor = batch->events[batch->nevents - 1].id + 1;
 	for (int i = 0; i < batch->nevents; i++)
 	{
 		EventOutcome outcome = batch->events[i].outcome;
@@ -744,6 +750,21 @@ next_cursor(OutboxBatch *batch)
 	return cursor;
 }
 
+/* Keeps the read's open transactions below the cursor, for the next read. */
+static void
+keep_open_ids(WorkerState *st, OutboxBatch *batch)
+{
+	int			n = 0;
+
+	while (n < batch->nopen && batch->open_ids[n] < st->cursor)
+		n++;
+	if (st->open_ids != NULL)
+		pfree(st->open_ids);
+	st->open_ids = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * Max(n, 1));
+	memcpy(st->open_ids, batch->open_ids, sizeof(int64) * n);
+	st->nopen = n;
+}
+
 /*
  * Takes in what a read saw: where the next read starts, and the rewind
  * (dead letters put back) it covered. Only a read whose events were
@@ -752,9 +773,10 @@ next_cursor(OutboxBatch *batch)
 static void
 take_in_read(WorkerState *st, OutboxBatch *batch)
 {
-	st->cursor = next_cursor(batch);
+	st->cursor = next_cursor(st, batch);
 	st->cursor_extension = batch->extension_oid;
 	st->rewind_generation = batch->rewind_generation;
+	keep_open_ids(st, batch);
 }
 
 /* What a read leaves out: the window's events of the cursor's extension. */
@@ -779,15 +801,16 @@ read_and_produce(WorkerState *st)
 	MemoryContext old;
 	OutboxBatch *batch;
 	OutboxWindowIds window_ids = {window_ids_at_or_above, st};
+	OutboxReadPosition position = {st->cursor, st->cursor_extension, st->rewind_generation,
+	st->open_ids, st->nopen};
 	bool		found;
 
 	if (room <= 0)
 		return;
 	batch = outbox_window_new_batch(st->window, &batch_context);
 	old = MemoryContextSwitchTo(batch_context);
-	found = outbox_read_batch(batch, st->slot, st->shard, st->cursor, st->cursor_extension,
-							  &window_ids, Min(outbox_batch_size, room), bytes,
-							  st->rewind_generation);
+	found = outbox_read_batch(batch, st->slot, st->shard, &position, &window_ids,
+							  Min(outbox_batch_size, room), bytes);
 	MemoryContextSwitchTo(old);
 	st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   outbox_poll_interval_ms);
@@ -899,24 +922,27 @@ drop_drained_producer(WorkerState *st)
 }
 
 /*
- * The lag look starts at the lowest id the worker knows it may still have
- * to deliver, which skips the dead index entries of what it deleted; every
- * LAG_FULL_LOOK_EVERY looks from the shard's start, and what that finds
- * lower is looked at from then on, so nothing pending hides from the
- * warning below the cursor.
+ * The lag look starts at the lowest id the worker may still have to
+ * deliver, which skips the dead index entries of what it deleted (a long
+ * snapshot keeps them from being killed, and every look would walk them
+ * again): the cursor, the window's lowest, where a transaction open below
+ * the cursor at the last read ended since, the shard's start while a
+ * rewind is pending. Retries below it, and the events held behind them,
+ * are found through the retry index (queue.c).
  */
-#define LAG_FULL_LOOK_EVERY 10
-
 static void
 look_at_lag(WorkerState *st)
 {
-	bool		full = (st->looks++ % LAG_FULL_LOOK_EVERY == 0);
-	int64		from = full ? 0 :
-		Min(Min(st->cursor, outbox_window_lowest_id(st->window)), st->lag_floor);
-	int64		oldest = outbox_check_lag(worker_name, st->shard, from);
+	int64		from = Min(st->cursor, outbox_window_lowest_id(st->window));
+	int64	   *open_ids;
+	int			nopen = outbox_open_ids_now(&open_ids);
 
-	if (full)
-		st->lag_floor = oldest;
+	qsort(open_ids, nopen, sizeof(int64), outbox_compare_ids);
+	from = Min(from, outbox_lowest_ended(st->open_ids, st->nopen, open_ids, nopen));
+	pfree(open_ids);
+	if (outbox_slot_rewind_generation(st->slot) != st->rewind_generation)
+		from = 0;
+	outbox_check_lag(worker_name, st->shard, from, st->cursor_extension);
 }
 
 /*
@@ -1277,7 +1303,6 @@ outbox_worker_main(Datum main_arg)
 	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											 ALLOCSET_DEFAULT_SIZES);
 	st->read_wanted = true;
-	st->lag_floor = PG_INT64_MAX;
 
 	for (;;)
 	{
