@@ -15,6 +15,7 @@
 #include "durability.h"
 #include "outbox_table.h"
 #include "position_delete.h"
+#include "prepared.h"
 #include "retry_probe.h"
 #include "settings.h"
 #include "registry.h"
@@ -952,6 +953,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	retries = any_retry(shard);
 	plan = !retries ? plans.read_fresh : any_held(shard) ? plans.read_holding : plans.read;
 
+	outbox_register_restarted_prepared(plans_table);
 	batch->floor = outbox_take_snapshot_floor(slot, &batch->rewind_generation, &async);
 	/* every commit this snapshot sees ended before this point */
 	batch->visible_lsn = outbox_visible_commits_end();
