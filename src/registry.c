@@ -4,7 +4,8 @@
  *		transactions, per database, so a worker can start each read at the
  *		first id that can still appear instead of rescanning the dead rows
  *		its own deletes left behind. Its parts: send.c registers each
- *		transaction's first id and clears it at commit or abort; this file
+ *		transaction's first id and clears it at commit or abort (or moves
+ *		it to the prepared transaction's entry at PREPARE); this file
  *		computes the floor with the read's snapshot; queue.c scans from
  *		min(cursor, floor); worker.c's next_cursor() moves the cursor.
  *		The same entries say which of them commit asynchronously, for
