@@ -294,15 +294,24 @@ outbox_move_to_prepared(void)
 {
 	RegistryEntry *mine;
 	RegistryEntry *prepared;
+	int			procno;
 
 	if (registry == NULL || !TransactionIdIsValid(preparing_xid))
 	{
 		outbox_clear_inflight();
 		return;
 	}
+	procno = TwoPhaseGetDummyProc(preparing_xid, false) - ProcGlobal->allProcs;
+	if (procno < first_prepared_entry() || procno >= registry->nprocs)
+	{
+		/* too late for an error: the transaction is prepared */
+		elog(WARNING, "outbox: prepared transaction's process number %d outside the registry",
+			 procno);
+		outbox_clear_inflight();
+		return;
+	}
 	mine = my_entry();
-	prepared = &registry->entries[TwoPhaseGetDummyProc(preparing_xid, false) -
-								  ProcGlobal->allProcs];
+	prepared = &registry->entries[procno];
 	acquire_registry_shared();
 	prepared->dboid = MyDatabaseId;
 	pg_atomic_write_u64(&prepared->lowest_id,
