@@ -14,6 +14,7 @@ postgresql-15-repack"
 CACHE=${OUTBOX_CACHE:-/var/cache/pg_outbox}
 export OUTBOX_KAFKA_LIBS=$CACHE/kafka/libs
 export OUTBOX_DEBEZIUM_LIBS=$CACHE/debezium/libs
+export OUTBOX_XA_LIBS=$CACHE/xa/libs
 
 # each line says the seconds since the script started, so that a long
 # run's log shows where its time went
@@ -84,6 +85,9 @@ ensure_kafka_jars() { ensure_pinned_jars kafka "$OUTBOX_KAFKA_LIBS"; }
 # Kafka Connect and Debezium's PostgreSQL connector, for the benchmark's
 # debezium part.
 ensure_debezium_jars() { ensure_pinned_jars debezium "$OUTBOX_DEBEZIUM_LIBS"; }
+
+# The PostgreSQL JDBC driver, for the XA client of t/058_xa_jdbc.pl.
+ensure_xa_jars() { ensure_pinned_jars xa "$OUTBOX_XA_LIBS"; }
 
 # A temporary directory owned by the unprivileged user, removed on exit
 # together with everything started in it (see cleanup_push).

@@ -21,12 +21,16 @@
  *   one), in a DO block or in a procedure.
  *   Only a statement that can succeed does this: by a role allowed to run
  *   it, where PostgreSQL runs it, so no role can stop delivery at will.
+ * - COMMIT PREPARED, once it made a prepared transaction's events visible,
+ *   wakes the database's workers: the backend that sent them (if it is
+ *   still there) hears nothing of it (registry.c, "prepared transactions").
  */
 #include "database_hooks.h"
 #include "compat.h"
 #include "settings.h"
 #include "inbox.h"
 #include "pauses.h"
+#include "registry.h"
 #include "slots.h"
 
 #include <signal.h>
@@ -253,6 +257,10 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 	created_extension |= creates_outbox;
 	if (outbox_slots_available() && node != NULL && IsA(node, CreatedbStmt))
 		created_database = true;
+	if (node != NULL && IsA(node, TransactionStmt) &&
+		((TransactionStmt *) node)->kind == TRANS_STMT_COMMIT_PREPARED &&
+		outbox_prepared_events_ended())
+		outbox_wake_shards(~UINT64CONST(0));
 }
 
 /*

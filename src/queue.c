@@ -15,6 +15,7 @@
 #include "durability.h"
 #include "outbox_table.h"
 #include "position_delete.h"
+#include "prepared.h"
 #include "retry_probe.h"
 #include "settings.h"
 #include "registry.h"
@@ -978,6 +979,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	retries = any_retry(shard);
 	plan = !retries ? plans.read_fresh : any_held(shard) ? plans.read_holding : plans.read;
 
+	outbox_register_restarted_prepared(plans_table);
 	old_context = MemoryContextSwitchTo(batch_context);
 	batch->nopen = outbox_take_snapshot_open_ids(slot, &batch->rewind_generation, &async,
 												 &batch->open_ids);

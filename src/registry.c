@@ -4,7 +4,8 @@
  *		transactions, per database, so a worker can start each read at the
  *		first id that can still appear instead of rescanning the dead rows
  *		its own deletes left behind. Its parts: send.c registers each
- *		transaction's first id and clears it at commit or abort; this file
+ *		transaction's first id and clears it at commit or abort (or moves
+ *		it to the prepared transaction's entry at PREPARE); this file
  *		lists the open transactions' ids with the read's snapshot; queue.c
  *		scans from the cursor, or from where a transaction the worker knew
  *		open below it has ended since; worker.c's next_cursor() moves the
@@ -23,6 +24,7 @@
 #include "storage/lmgr.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/snapmgr.h"
 
@@ -35,6 +37,8 @@ typedef struct RegistryEntry
 	Oid			dboid;
 	pg_atomic_uint64 lowest_id;	/* 0 if none */
 	pg_atomic_uint32 async_commit;	/* 1 from pre-commit until cleared */
+	pg_atomic_uint32 xid;		/* a backend's: the transaction it prepares;
+								 * a prepared transaction's: its own */
 } RegistryEntry;
 
 typedef struct RegistryShared
@@ -48,6 +52,7 @@ static RegistryShared *registry = NULL;
 static LWLock *registry_lock = NULL;
 static LWLock *registry_gate = NULL;
 static bool registered_this_xact = false;
+static TransactionId preparing_xid = InvalidTransactionId;
 
 static int
 proc_count(void)
@@ -85,6 +90,7 @@ outbox_registry_shmem_startup(void)
 			registry->entries[i].dboid = InvalidOid;
 			pg_atomic_init_u64(&registry->entries[i].lowest_id, 0);
 			pg_atomic_init_u32(&registry->entries[i].async_commit, 0);
+			pg_atomic_init_u32(&registry->entries[i].xid, InvalidTransactionId);
 		}
 	}
 	registry_lock = &(GetNamedLWLockTranche("outbox"))[0].lock;
@@ -163,6 +169,35 @@ outbox_registry_shmem_startup(void)
  * to flush (durability.c). Synchronous commits, flushed before they are
  * visible, leave neither, and neither do the worker's own asynchronous
  * deletes: so under synchronous load a worker flushes nothing.
+ *
+ * Prepared transactions. After PREPARE TRANSACTION no backend runs the
+ * transaction any more, yet it may still commit its ids, from any session
+ * and after a restart. So the registry keeps an entry per prepared
+ * transaction too, at the number of the dummy PGPROC PostgreSQL gives it
+ * (the last max_prepared_transactions entries), with its xid:
+ *  - At pre-prepare a backend names the xid it prepares in its own entry;
+ *    at prepare, once the prepared transaction is in the ProcArray, it
+ *    moves its lowest id (0 if it sent nothing) and its database to the
+ *    prepared transaction's entry and clears its own, under the registry
+ *    lock (shared), so a listing sees the id in one of the two entries.
+ *  - A read lists a prepared transaction's id only while the transaction
+ *    is in progress (TransactionIdIsInProgress, inside the exclusive hold,
+ *    before the snapshot): one that ended before is in the snapshot, as a
+ *    backend's commit is; the worker clears its entry then.
+ *    COMMIT PREPARED runs no callback of the preparing backend, so the
+ *    utility hook of the session that runs it wakes the database's
+ *    workers when such an entry ended (database_hooks.c); a COMMIT
+ *    PREPARED is always flushed, so it is never an asynchronous commit.
+ *  - A restart (or a crash's reinitialization, or a promotion) empties
+ *    the registry, but brings the prepared transactions back. Before its
+ *    listing a read asks for prepared transactions of its database that
+ *    have no entry (outbox_unregistered_prepared: in the ProcArray, not
+ *    named by a backend preparing it, not in an entry; every prepare is
+ *    registered, events or not, so only a restart leaves any) and
+ *    registers the lowest id prepared.c finds for each in the outbox.
+ *    Nothing reads past their ids before: a worker's cursor starts at 0.
+ * With max_prepared_transactions = 0 there are no such entries, and a
+ * read looks at none.
  */
 
 /* Registrants pass the gate: a worker waiting for the floor goes first. */
@@ -195,6 +230,13 @@ register_inflight_id(int64 id)
 	if (current == 0 || (uint64) id < current)
 		pg_atomic_write_u64(&entry->lowest_id, (uint64) id);
 	registered_this_xact = true;
+}
+
+/* The entries of prepared transactions: their dummy PGPROCs' numbers. */
+static inline int
+first_prepared_entry(void)
+{
+	return registry->nprocs - max_prepared_xacts;
 }
 
 /*
@@ -248,6 +290,61 @@ outbox_note_async_commit(void)
 	pg_memory_barrier();
 }
 
+/*
+ * At pre-prepare of every transaction, events or not (see "prepared
+ * transactions" above): before its prepared transaction is in the ProcArray.
+ */
+void
+outbox_note_preparing(void)
+{
+	if (registry == NULL)
+		return;
+	preparing_xid = GetTopTransactionIdIfAny();
+	pg_atomic_write_u32(&my_entry()->xid, preparing_xid);
+	pg_memory_barrier();
+}
+
+/*
+ * At prepare: this transaction's lowest id moves to its prepared
+ * transaction's entry, in one step as a read's listing sees it.
+ */
+void
+outbox_move_to_prepared(void)
+{
+	RegistryEntry *mine;
+	RegistryEntry *prepared;
+	int			procno;
+
+	if (registry == NULL || !TransactionIdIsValid(preparing_xid))
+	{
+		outbox_clear_inflight();
+		return;
+	}
+	procno = TwoPhaseGetDummyProc(preparing_xid, false) - ProcGlobal->allProcs;
+	if (procno < first_prepared_entry() || procno >= registry->nprocs)
+	{
+		/* too late for an error: the transaction is prepared */
+		elog(WARNING, "outbox: prepared transaction's process number %d outside the registry",
+			 procno);
+		outbox_clear_inflight();
+		return;
+	}
+	mine = my_entry();
+	prepared = &registry->entries[procno];
+	acquire_registry_shared();
+	prepared->dboid = MyDatabaseId;
+	pg_atomic_write_u64(&prepared->lowest_id,
+						registered_this_xact ? pg_atomic_read_u64(&mine->lowest_id) : 0);
+	pg_atomic_write_u32(&prepared->xid, preparing_xid);
+	/* the backend's name of it goes last: see outbox_unregistered_prepared */
+	pg_write_barrier();
+	pg_atomic_write_u64(&mine->lowest_id, 0);
+	pg_atomic_write_u32(&mine->xid, InvalidTransactionId);
+	LWLockRelease(registry_lock);
+	registered_this_xact = false;
+	preparing_xid = InvalidTransactionId;
+}
+
 void
 outbox_clear_inflight(void)
 {
@@ -263,7 +360,126 @@ outbox_clear_inflight(void)
 		}
 		pg_atomic_write_u64(&entry->lowest_id, 0);
 	}
+	if (registry != NULL && TransactionIdIsValid(preparing_xid))
+		pg_atomic_write_u32(&my_entry()->xid, InvalidTransactionId);
 	registered_this_xact = false;
+	preparing_xid = InvalidTransactionId;
+}
+
+/* Whether a backend is preparing xid, its id still in its own entry. */
+static bool
+being_prepared(TransactionId xid)
+{
+	for (int i = 0; i < first_prepared_entry(); i++)
+		if (pg_atomic_read_u32(&registry->entries[i].xid) == xid)
+			return true;
+	return false;
+}
+
+/*
+ * Whether the prepared transaction xid, at dummy PGPROC i, is known: in
+ * its entry, or still in the entry of the backend preparing it. The entry
+ * is read again after the backends', which clear their name of it only
+ * after writing the entry, so a transaction moving between the two is not
+ * taken for one a restart left.
+ */
+static bool
+prepared_registered(int i, TransactionId xid)
+{
+	if (pg_atomic_read_u32(&registry->entries[i].xid) == xid)
+		return true;
+	if (being_prepared(xid))
+		return true;
+	pg_read_barrier();
+	return pg_atomic_read_u32(&registry->entries[i].xid) == xid;
+}
+
+/*
+ * The prepared transactions of this database the registry has no entry
+ * for (see "prepared transactions" above); xids has room for
+ * max_prepared_transactions. Returns how many.
+ */
+int
+outbox_unregistered_prepared(TransactionId *xids)
+{
+	int			n = 0;
+
+	if (registry == NULL)
+		return 0;
+	for (int i = first_prepared_entry(); i < registry->nprocs; i++)
+	{
+		volatile PGPROC *proc = &ProcGlobal->allProcs[i];
+		TransactionId xid = proc->xid;
+
+		if (!TransactionIdIsValid(xid) || proc->databaseId != MyDatabaseId ||
+			prepared_registered(i, xid))
+			continue;
+		if (TransactionIdIsInProgress(xid))
+			xids[n++] = xid;
+	}
+	return n;
+}
+
+/*
+ * Registers lowest_id (0: none) as the lowest id of the prepared
+ * transaction xid of this database, unless it is registered already.
+ */
+void
+outbox_register_prepared(TransactionId xid, int64 lowest_id)
+{
+	if (registry == NULL)
+		return;
+	LWLockAcquire(registry_gate, LW_EXCLUSIVE);
+	LWLockAcquire(registry_lock, LW_EXCLUSIVE);
+	for (int i = first_prepared_entry(); i < registry->nprocs; i++)
+	{
+		RegistryEntry *entry = &registry->entries[i];
+
+		if (ProcGlobal->allProcs[i].xid != xid ||
+			pg_atomic_read_u32(&entry->xid) == xid)
+			continue;
+		entry->dboid = MyDatabaseId;
+		pg_atomic_write_u64(&entry->lowest_id, (uint64) lowest_id);
+		pg_atomic_write_u32(&entry->xid, xid);
+	}
+	LWLockRelease(registry_lock);
+	LWLockRelease(registry_gate);
+}
+
+/*
+ * Whether the prepared transaction of entry i has ended; if so, its entry
+ * no longer holds an open id. Called with the registry lock held exclusively.
+ */
+static bool
+prepared_ended(int i)
+{
+	RegistryEntry *entry = &registry->entries[i];
+
+	if (TransactionIdIsInProgress(pg_atomic_read_u32(&entry->xid)))
+		return false;
+	pg_atomic_write_u64(&entry->lowest_id, 0);
+	return true;
+}
+
+/*
+ * After COMMIT PREPARED: whether a prepared transaction of this database
+ * that sent events has ended, so its shards have events to read.
+ */
+bool
+outbox_prepared_events_ended(void)
+{
+	if (registry == NULL)
+		return false;
+	for (int i = first_prepared_entry(); i < registry->nprocs; i++)
+	{
+		RegistryEntry *entry = &registry->entries[i];
+
+		if (entry->dboid == MyDatabaseId &&
+			pg_atomic_read_u64(&entry->lowest_id) != 0 &&
+			!TransactionIdIsInProgress(pg_atomic_read_u32(&entry->xid)))
+			return true;
+	}
+	return false;
 }
 
 /* After the snapshot: see "asynchronous commits" above. */
@@ -298,9 +514,12 @@ collect_open_ids(int64 *ids)
 	{
 		uint64		id = pg_atomic_read_u64(&registry->entries[i].lowest_id);
 
-		if (id != 0 && id <= (uint64) PG_INT64_MAX &&
-			registry->entries[i].dboid == MyDatabaseId)
-			ids[n++] = (int64) id;
+		if (id == 0 || id > (uint64) PG_INT64_MAX ||
+			registry->entries[i].dboid != MyDatabaseId)
+			continue;
+		if (i >= first_prepared_entry() && prepared_ended(i))
+			continue;
+		ids[n++] = (int64) id;
 	}
 	return n;
 }

@@ -19,6 +19,13 @@ extern int64 outbox_next_id_registered(Oid sequence);
 extern void outbox_register_reinsert(int64 min_id);
 extern void outbox_note_async_commit(void);
 extern void outbox_clear_inflight(void);
+extern void outbox_note_preparing(void);
+extern void outbox_move_to_prepared(void);
+
+/* prepared transactions: the read's recovery (prepared.c), COMMIT PREPARED */
+extern int	outbox_unregistered_prepared(TransactionId *xids);
+extern void outbox_register_prepared(TransactionId xid, int64 lowest_id);
+extern bool outbox_prepared_events_ended(void);
 
 /*
  * What a read's snapshot may hold of asynchronous commits of events (see

@@ -2,7 +2,8 @@
  * send.c
  *		outbox_send(): checks an event where it enters and inserts it into
  *		the outbox in the caller's transaction; at commit, wakes the workers
- *		of the shards it touched.
+ *		of the shards it touched. A prepared transaction's events wait in
+ *		the registry for COMMIT PREPARED (registry.c).
  *
  * The row is inserted directly (heap and its one index) rather than
  * through SPI: this is what keeps outbox_send() close to the cost of a
@@ -656,10 +657,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			if (sent_this_xact)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has sent outbox events")));
+			outbox_note_preparing();
 			break;
 		case XACT_EVENT_PRE_COMMIT:
 			/* the commit will not wait for its flush: workers must flush it */
@@ -678,7 +676,11 @@ outbox_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			outbox_clear_inflight();
+			/* a prepared transaction's events wait for COMMIT PREPARED */
+			if (event == XACT_EVENT_PREPARE)
+				outbox_move_to_prepared();
+			else
+				outbox_clear_inflight();
 			touched_shards = 0;
 			sent_this_xact = false;
 			break;
