@@ -56,6 +56,7 @@ sub by_instance
 
 OutboxTest::create_sent_table($pub);
 $pub->safe_psql('postgres', 'CREATE PUBLICATION everything FOR ALL TABLES');
+(my $pub_conninfo = $pub->connstr('postgres')) =~ s/'/''/g;
 for my $db ('postgres', 'unclean')
 {
 	OutboxTest::create_sent_table($sub, $db);
@@ -63,7 +64,7 @@ for my $db ('postgres', 'unclean')
 	# instead of failing on the subscriber's own (one row, primary key)
 	$sub->safe_psql($db, 'DELETE FROM outbox_instance');
 	$sub->safe_psql($db, sprintf("CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION everything",
-			$db eq 'postgres' ? 'clean' : 'unclean', $pub->connstr('postgres')));
+			$db eq 'postgres' ? 'clean' : 'unclean', $pub_conninfo));
 }
 $sub->wait_for_subscription_sync($pub, 'clean', 'postgres');
 $sub->wait_for_subscription_sync($pub, 'unclean', 'unclean');
