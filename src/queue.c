@@ -19,6 +19,7 @@
 #include "settings.h"
 #include "registry.h"
 #include "stats.h"
+#include "subscription.h"
 
 #include <unistd.h>
 
@@ -924,6 +925,24 @@ execute_read(SPIPlanPtr plan, int shard, int64 scan_from, ReadReceiver *receiver
 		elog(ERROR, "outbox: reading a batch failed");
 }
 
+/*
+ * Whether a subscription replicates into the outbox (the publisher
+ * delivers its rows: subscription.c); its name goes in the batch. What
+ * replication writes may replace outbox_instance too: it is read again
+ * once the outbox is this server's to deliver.
+ */
+static bool
+held_by_subscription(OutboxBatch *batch, MemoryContext batch_context)
+{
+	const char *holder = outbox_subscription_holding(plans_table);
+
+	if (holder == NULL)
+		return false;
+	batch->held_by = MemoryContextStrdup(batch_context, holder);
+	instance_timeline = 0;
+	return true;
+}
+
 bool
 outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 				  Oid cursor_extension, const OutboxWindowIds *window,
@@ -943,6 +962,11 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, int64 cursor,
 	{
 		end_step(batch_context);
 		return false;
+	}
+	if (held_by_subscription(batch, batch_context))
+	{
+		end_step(batch_context);
+		return true;
 	}
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
@@ -1130,9 +1154,17 @@ outbox_reshard_orphans(int shard)
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[2] = {Int32GetDatum(shard), Int32GetDatum(outbox_shards)};
 	int			moved = 0;
+	bool		found;
 
 	begin_step("outbox: adopting events of removed shards");
-	if (find_extension())
+	found = find_extension();
+	/*
+	 * a subscription's rows are the publisher's: moved to another shard,
+	 * its deletes (by the primary key, shard and id) would miss them
+	 */
+	if (found && outbox_subscription_holding(plans_table) != NULL)
+		moved = -1;
+	else if (found)
 	{
 		/*
 		 * Usually there is none: a walk of the shards' index above the
