@@ -108,8 +108,8 @@ is($foreign, 0, 'before any cut-over every message came from the publisher');
 
 # ---- the unclean cut-over: the publisher's deletes never arrived ---------
 
-my $cutover_id = $pub->safe_psql('postgres', 'SELECT last_value FROM outbox_id_seq');
-$sub->safe_psql('unclean', "SELECT setval('outbox_id_seq', $cutover_id)");
+my $unclean_cutover_id = $pub->safe_psql('postgres', 'SELECT last_value FROM outbox_id_seq');
+$sub->safe_psql('unclean', "SELECT setval('outbox_id_seq', $unclean_cutover_id)");
 my %left_unclean = map { $_ => 1 } split /\n/, $sub->safe_psql('unclean', 'SELECT id FROM outbox');
 $sub->safe_psql('unclean', 'DROP SUBSCRIPTION unclean');
 ok($sub->poll_query_until('unclean', 'SELECT count(*) = 0 FROM outbox'),
@@ -125,7 +125,7 @@ my $c_rows = rows($pub, 'postgres');
 ok(shards_in_state($pub, 'postgres', 'paused'), 'the publisher\'s shards are paused');
 $pub->wait_for_catchup('clean');
 # 3. the sequence past the publisher's, 4. the subscription dropped
-$cutover_id = $pub->safe_psql('postgres', 'SELECT last_value FROM outbox_id_seq');
+my $cutover_id = $pub->safe_psql('postgres', 'SELECT last_value FROM outbox_id_seq');
 $sub->safe_psql('postgres', "SELECT setval('outbox_id_seq', $cutover_id)");
 $sub->safe_psql('postgres', 'DROP SUBSCRIPTION clean');
 # 5. writes on the new primary
@@ -140,33 +140,34 @@ my $after = by_instance();
 my @clean = (@{ $after->{$pub_instance} // [] }, @{ $after->{$new_instance} // [] });
 my $r = check_delivery('logical_replication', committed_events($sub), \@clean);
 is($r->{duplicates}, 0, 'the documented cut-over sends nothing twice');
-my $new_max_id = 0;
 my %pub_ids;
 $pub_ids{ $_->{id} }++ for @{ $after->{$pub_instance} // [] };
-my ($left_by_pub, $own) = (0, 0);
+my ($left_by_pub, $own, $own_min_id) = (0, 0, undef);
 for my $m (@{ $after->{$new_instance} // [] })
 {
 	if ($m->{value} =~ /^s5:/) { $left_by_pub++; next; }
 	$own++;
-	$new_max_id = $m->{id} if $m->{id} > $new_max_id;
-	cmp_ok($m->{id}, '>', $cutover_id, 'the new primary\'s own ids follow the publisher\'s') if $own == 1;
+	$own_min_id = $m->{id} if !defined $own_min_id || $m->{id} < $own_min_id;
 }
 my @unclean = @{ $after->{$unclean_instance} // [] };
 my %unclean_ids;
 $unclean_ids{ $_->{id} }++ for @unclean;
 my $twice = grep { $pub_ids{$_} } keys %unclean_ids;
-diag(sprintf('FIGURES logical_replication: replicated_while_paused=%d subscriber_sent_before_cutover=%d '
-	  . 'left_by_publisher=%d delivered_by_new_primary=%d new_primary_own=%d '
-	  . 'unclean_held=%d unclean_sent=%d unclean_sent_twice=%d unclean_max_id=%d cutover_id=%d',
-	$a_rows, $foreign, $c_rows, $left_by_pub, $own, scalar keys %left_unclean, scalar @unclean,
-	$twice, (sort { $b <=> $a } keys %unclean_ids)[0] // 0, $cutover_id));
+diag(sprintf('FIGURES logical_replication_subscriber: replicated_while_paused=%d subscriber_sent_before_cutover=%d '
+	  . 'left_by_publisher=%d delivered_by_new_primary=%d new_primary_own=%d own_min_id=%d '
+	  . 'unclean_held=%d unclean_sent=%d unclean_sent_twice=%d unclean_max_id=%d unclean_cutover_id=%d',
+	$a_rows, $foreign, $c_rows, $left_by_pub, $own, $own_min_id // 0, scalar keys %left_unclean,
+	scalar @unclean,
+	$twice, (sort { $b <=> $a } keys %unclean_ids)[0] // 0, $unclean_cutover_id));
 isnt($new_instance, $pub_instance, 'the new primary delivers under an instance of its own');
+cmp_ok($own_min_id // 0, '>', $cutover_id, 'the new primary\'s own ids are above the cut-over id');
 is($left_by_pub, $c_rows, 'the events the publisher left were delivered by the new primary, once each');
 is_deeply([ sort { $a <=> $b } keys %unclean_ids ], [ sort { $a <=> $b } keys %left_unclean ],
-	'unclean: what it sent is exactly what it held at the cut-over, each once');
+	'unclean: what it sent is exactly what it held at the cut-over');
+is(scalar @unclean, scalar keys %unclean_ids, 'unclean: each once');
 is($twice, scalar keys %left_unclean,
 	'unclean: those are the events the publisher delivered after the subscriber stopped applying');
-ok(!grep({ $_ > $cutover_id } keys %unclean_ids), 'unclean: every one at or below the cut-over id');
+ok(!grep({ $_ > $unclean_cutover_id } keys %unclean_ids), 'unclean: every one at or below its cut-over id');
 
 $sub->stop;
 $pub->stop;
