@@ -27,7 +27,7 @@ use Test::More;
 
 my $shards = 2;
 my $topic = 'logrep';
-my $broker = start_broker(topics => ["$topic:2"]);
+my $broker = start_broker(topics => ["$topic:2", 'logrep_priv:1']);
 my $pub = new_outbox_node('pub', $broker, shards => $shards, allows_streaming => 'logical');
 my $sub = new_outbox_node('sub', $broker, shards => $shards);
 $sub->safe_psql('postgres', 'CREATE DATABASE unclean');
@@ -168,6 +168,25 @@ is(scalar @unclean, scalar keys %unclean_ids, 'unclean: each once');
 is($twice, scalar keys %left_unclean,
 	'unclean: those are the events the publisher delivered after the subscriber stopped applying');
 ok(!grep({ $_ > $unclean_cutover_id } keys %unclean_ids), 'unclean: every one at or below its cut-over id');
+
+# ---- the privilege side: only an owner that may write into the outbox holds it
+
+# a subscription whose owner may not insert into the outbox cannot hold its
+# delivery (on 16 and later a member of pg_create_subscription can create
+# one; on 15 only a superuser, here made one and demoted after)
+$sub->safe_psql('unclean', q{CREATE ROLE subber LOGIN SUPERUSER});
+$sub->safe_psql('unclean', sprintf(q{SET ROLE subber; CREATE SUBSCRIPTION other CONNECTION '%s'}
+	  . q{ PUBLICATION everything WITH (copy_data = false)}, $pub_conninfo));
+ok(shards_in_state($sub, 'unclean', 'subscribed'), 'a superuser\'s subscription holds delivery');
+$sub->safe_psql('unclean', 'ALTER ROLE subber NOSUPERUSER');
+ok(wait_query($sub, 'unclean', "SELECT count(*) = 0 FROM outbox_status WHERE state = 'subscribed'", 20),
+	'one whose owner may not insert into the outbox does not');
+$sub->safe_psql('unclean', "SELECT outbox_send('logrep_priv', 'after-demotion', 'k')");
+ok(wait_until(20, sub { grep { $_->{value} eq 'after-demotion' } @{ consume($broker, 'logrep_priv') } }),
+	'and an event sent meanwhile is delivered');
+$sub->safe_psql('unclean', 'GRANT INSERT ON outbox TO subber');
+ok(shards_in_state($sub, 'unclean', 'subscribed'), 'granted INSERT on the outbox, it holds delivery again');
+$sub->safe_psql('unclean', 'DROP SUBSCRIPTION other');
 
 $sub->stop;
 $pub->stop;
