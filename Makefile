@@ -2,11 +2,8 @@ EXTENSION = outbox
 EXTVERSION = 0.5.0
 
 MODULE_big = outbox
-OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/registry.o src/send.o src/database_hooks.o src/launcher.o \
-       src/worker.o src/window.o src/backoff.o src/queue.o src/durability.o src/producer.o src/kafka_stats.o src/envelope.o src/outbox.pb-c.o \
-       src/stats.o src/lag_alert.o src/message.o src/tracing.o src/capture.o src/session.o src/solo.o \
-       src/transaction.o src/progress.o src/partition_warmup.o src/partition_pacing.o src/position_delete.o src/index_shape.o src/retry_probe.o \
-       src/prepared.o
+# every module of src/, and the envelope's generated code
+OBJS = $(patsubst %.c,%.o,$(filter-out src/outbox.pb-c.c,$(wildcard src/*.c))) src/outbox.pb-c.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
        sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql \

@@ -20,6 +20,7 @@
 #include "settings.h"
 #include "registry.h"
 #include "stats.h"
+#include "subscription.h"
 
 #include <unistd.h>
 
@@ -941,15 +942,34 @@ execute_read(SPIPlanPtr plan, int shard, int64 scan_from, ReadReceiver *receiver
 }
 
 /*
+ * Whether a subscription replicates into the outbox (the publisher
+ * delivers its rows: subscription.c); its name goes in the batch. What
+ * replication writes may replace outbox_instance too: it is read again
+ * once the outbox is this server's to deliver.
+ */
+static bool
+held_by_subscription(OutboxBatch *batch, MemoryContext batch_context)
+{
+	const char *holder = outbox_subscription_holding(plans_table);
+
+	if (holder == NULL)
+		return false;
+	batch->held_by = MemoryContextStrdup(batch_context, holder);
+	instance_timeline = 0;
+	return true;
+}
+
+/*
  * Reads the next events of a shard: those committed with id >= the scan
  * start, in id order, that are due and not behind a retry of their key.
  * The scan starts at the worker's cursor, or lower where a transaction
  * open below the cursor at the last read has ended since (registry.c, "the
  * read floor"), or at 0 after a rewind (dead letters put back) that the
- * worker has not yet taken in. The batch records what it was read under;
- * the worker takes the rewind in only when it produces the batch, so a
- * read thrown away cannot consume it. Returns false while the extension
- * does not exist.
+ * worker has not yet taken in. While a subscription replicates into the
+ * outbox, reads nothing and names it in held_by. The batch records what it
+ * was read under; the worker takes the rewind in only when it produces the
+ * batch, so a read thrown away cannot consume it. Returns false while the
+ * extension does not exist.
  */
 bool
 outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosition *position,
@@ -970,6 +990,11 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	{
 		end_step(batch_context);
 		return false;
+	}
+	if (held_by_subscription(batch, batch_context))
+	{
+		end_step(batch_context);
+		return true;
 	}
 	load_instance();
 	batch->extension_oid = plans_extension_oid;
@@ -1161,9 +1186,17 @@ outbox_reshard_orphans(int shard)
 	MemoryContext caller_context = CurrentMemoryContext;
 	Datum		args[2] = {Int32GetDatum(shard), Int32GetDatum(outbox_shards)};
 	int			moved = 0;
+	bool		found;
 
 	begin_step("outbox: adopting events of removed shards");
-	if (find_extension())
+	found = find_extension();
+	/*
+	 * a subscription's rows are the publisher's: moved to another shard,
+	 * its deletes (by the primary key, shard and id) would miss them
+	 */
+	if (found && outbox_subscription_holding(plans_table) != NULL)
+		moved = -1;
+	else if (found)
 	{
 		/*
 		 * Usually there is none: a walk of the shards' index above the

@@ -25,6 +25,8 @@ typedef struct OutboxBatch
 	uint64		rewind_generation;	/* of the registry, when read */
 	Oid			extension_oid;	/* the extension the rows were read from */
 	const char *instance;		/* its outbox_instance id, read with the rows */
+	const char *held_by;		/* a subscription replicating into the outbox:
+								 * nothing was read (subscription.c) */
 	XLogRecPtr	visible_lsn;	/* every commit the read saw ends before */
 	XLogRecPtr	async_commits_lsn;	/* flush to here for asynchronous commits */
 	uint64		async_commits_ended;	/* as registry.c counted, at the read */
@@ -33,6 +35,7 @@ typedef struct OutboxBatch
 /* qsort's and bsearch's order of event ids (int64), ascending. */
 extern int	outbox_compare_ids(const void *a, const void *b);
 
+/* -1 while a subscription holds the outbox (nothing was moved) */
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_extension_exists(void);
 
@@ -68,6 +71,8 @@ typedef struct OutboxReadPosition
  * from where a transaction of the position's open ids ended since (another
  * extension than the position's is read from its start), leaving out the
  * window's events.
+ * While a subscription replicates into the outbox, reads nothing and
+ * names it in held_by.
  */
 extern bool outbox_read_batch(OutboxBatch *batch, int slot, int shard,
 							  const OutboxReadPosition *position,

@@ -98,6 +98,7 @@ static const char *const state_names[] = {
 	[SHARD_PAUSED] = "paused",
 	[SHARD_RECOVERY] = "recovery",
 	[SHARD_SUPERSEDED] = "superseded",
+	[SHARD_SUBSCRIBED] = "subscribed",
 	[SHARD_NO_EXTENSION] = "no_extension",
 	[SHARD_STOPPED] = "stopped",
 };

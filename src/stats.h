@@ -12,7 +12,7 @@
 
 /*
  * What outbox_status.state says. A running worker publishes what it is
- * doing (IDLE to SUPERSEDED); whether one runs, is starting or
+ * doing (IDLE to SUBSCRIBED); whether one runs, is starting or
  * is gone, and why, the worker slots say (slots.c).
  */
 typedef enum OutboxShardState
@@ -25,6 +25,7 @@ typedef enum OutboxShardState
 	SHARD_PAUSED,
 	SHARD_RECOVERY,
 	SHARD_SUPERSEDED,
+	SHARD_SUBSCRIBED,			/* the outbox is a subscription's target */
 	SHARD_NO_EXTENSION,
 	SHARD_STOPPED
 } OutboxShardState;

@@ -149,6 +149,8 @@ typedef struct WorkerState
 	MemoryContext pass_context; /* what a pass allocates outside the window */
 	WaitEventSet *wait_set;		/* freed with the producer whose pipe it watches */
 	bool		wait_set_pipe;	/* it watches the producer's pipe */
+	char		held_by[NAMEDATALEN];	/* a subscription replicating into the
+										 * outbox: nothing is read */
 	TimestampTz last_look;		/* see look_around() */
 } WorkerState;
 
@@ -789,6 +791,34 @@ window_ids_at_or_above(void *arg, int64 from_id, int64 **ids)
 }
 
 /*
+ * While a subscription replicates into the outbox, its rows are the
+ * publisher's to deliver (subscription.c): nothing is read, the shard
+ * shows subscribed. The log says when that starts and ends; the first read
+ * after it starts from the shard's start, as the cursor never covered the
+ * replicated rows' ids.
+ */
+static bool
+hold_for_subscription(WorkerState *st, const char *subscription)
+{
+	if (subscription == NULL)
+	{
+		if (st->held_by[0] != '\0')
+			ereport(LOG,
+					(errmsg("%s: no subscription replicates into the outbox any more, delivering what it holds",
+							worker_name)));
+		st->held_by[0] = '\0';
+		return false;
+	}
+	if (strcmp(st->held_by, subscription) != 0)
+		ereport(LOG,
+				(errmsg("%s: the outbox is the target of subscription \"%s\", whose publisher delivers its events; delivering once it is dropped",
+						worker_name, subscription)));
+	strlcpy(st->held_by, subscription, sizeof(st->held_by));
+	st->cursor = 0;
+	return true;
+}
+
+/*
  * Reads what has committed from the cursor, as much as the window has
  * room for, and produces it once the commits it saw are durable.
  */
@@ -815,7 +845,7 @@ read_and_produce(WorkerState *st)
 	st->next_read_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   outbox_poll_interval_ms);
 	st->extension_gone = !found;
-	if (!found)
+	if (!found || hold_for_subscription(st, batch->held_by))
 	{
 		st->read_wanted = false;
 		outbox_window_discard(st->window, batch);
@@ -876,6 +906,8 @@ publish_state(WorkerState *st)
 		state = SHARD_RECOVERY;
 	else if (outbox_txn_superseded(st->txn))
 		state = SHARD_SUPERSEDED;
+	else if (st->held_by[0] != '\0')
+		state = SHARD_SUBSCRIBED;
 	else
 		state = kafka_state(st, SHARD_IDLE);
 	outbox_stats_set_state(state);
@@ -966,7 +998,9 @@ look_around(WorkerState *st)
 		if (outbox_producer_kafka_down(st->producer) && outbox_window_is_empty(st->window))
 			outbox_producer_probe(st->producer);
 	}
-	look_at_lag(st);
+	/* a subscription's rows are the publisher's lag, which it alerts on */
+	if (st->held_by[0] == '\0')
+		look_at_lag(st);
 }
 
 /*
@@ -1030,7 +1064,8 @@ deliver(WorkerState *st)
 		if (adopted > 0)
 			ereport(LOG,
 					(errmsg("%s: adopted %d event(s) of removed shards", worker_name, adopted)));
-		st->adopted_orphans = true;
+		/* while a subscription holds the outbox, not yet */
+		st->adopted_orphans = (adopted >= 0);
 	}
 	/* (a report wakes the worker when a solo or held-back event may go) */
 	if ((st->read_wanted || GetCurrentTimestamp() >= st->next_read_at) &&
