@@ -5,7 +5,7 @@ MODULE_big = outbox
 OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/registry.o src/send.o src/database_hooks.o src/launcher.o \
        src/worker.o src/window.o src/backoff.o src/queue.o src/durability.o src/producer.o src/kafka_stats.o src/envelope.o src/outbox.pb-c.o \
        src/stats.o src/lag_alert.o src/message.o src/tracing.o src/capture.o src/session.o src/solo.o \
-       src/transaction.o src/progress.o src/partition_warmup.o src/partition_pacing.o src/position_delete.o src/index_shape.o src/retry_probe.o
+       src/transaction.o src/progress.o src/partition_warmup.o src/partition_pacing.o src/position_delete.o src/index_shape.o src/retry_probe.o src/outbox_table.o src/executor_insert.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
        sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql \
@@ -14,7 +14,7 @@ DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXT
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
-REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix
+REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table
 REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
 # `make installcheck` is pg_regress only, as packagers' tools expect
 # (pg_buildext installcheck); the TAP tests need the project's broker and

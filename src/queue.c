@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -164,6 +165,8 @@ enum
 	READ_NCOLUMNS
 };
 
+static const char *const table_names[] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_NAME)};
+
 #define READ_TABLE_NAME(tag) table_names[OUTBOX_COL_##tag],
 #define READ_SYSTEM_NAME(tag, name) name,
 
@@ -171,7 +174,6 @@ enum
 static char *
 read_columns(void)
 {
-	static const char *const table_names[] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_NAME)};
 	const char *const names[READ_NCOLUMNS] = {READ_COLUMN_LIST(READ_TABLE_NAME, READ_SYSTEM_NAME)};
 	StringInfoData list;
 
@@ -454,27 +456,47 @@ extension_still_verified(void)
 	if (!extension_unverified && OidIsValid(plans_extension_oid) &&
 		!TimestampDifferenceExceeds(extension_verified_at, now, EXTENSION_RECHECK_MS))
 		return true;
+	/* an invalidation from here on is for the next look */
 	extension_unverified = false;
-	extension_verified_at = now;
+	/* until find_extension() found it and its table as they should be */
+	extension_verified_at = 0;
 	return false;
 }
 
 /*
- * Finds the extension in this database; (re)prepares the plans if it was
- * created again (the read then sees that the cursor is of another
- * extension: the new table's ids start again from 1). Returns false while
- * it is absent. Runs inside a step.
+ * The read selects the table's columns by name, and outbox_send() writes
+ * them by position: a column renamed, or two of a type swapping names,
+ * would have the worker read another column than outbox_send() wrote (a
+ * NULL topic, say). Checked under the read's lock, so that no DDL comes
+ * between the check and this step's statements.
+ */
+static void
+check_table(void)
+{
+	Relation	rel = OidIsValid(plans_table) ?
+		try_table_open(plans_table, AccessShareLock) : NULL;
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the outbox extension's table is missing")));
+	outbox_check_table_columns(rel, OUTBOX_NCOLUMNS);
+	table_close(rel, NoLock);
+}
+
+/*
+ * Looks the extension up; (re)prepares the plans if it was created again
+ * (the read then sees that the cursor is of another extension: the new
+ * table's ids start again from 1). Returns false while it is absent.
  */
 static bool
-find_extension(void)
+look_up_extension(void)
 {
 	Oid			extension_oid;
 	char	   *schema;
 	char	   *version;
 	bool		isnull;
 
-	if (extension_still_verified())
-		return true;
 	/* the cheap check; SQL only when the extension changed */
 	extension_oid = get_extension_oid("outbox", true);
 	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
@@ -505,6 +527,23 @@ find_extension(void)
 	prepare_plans(schema);
 	plans_table = get_relname_relid("outbox", get_namespace_oid(schema, false));
 	plans_extension_oid = extension_oid;
+	return true;
+}
+
+/*
+ * Finds the extension in this database, and its table with the columns
+ * the worker reads. Returns false while the extension is absent. Runs
+ * inside a step.
+ */
+static bool
+find_extension(void)
+{
+	if (extension_still_verified())
+		return true;
+	if (!look_up_extension())
+		return false;
+	check_table();
+	extension_verified_at = GetCurrentTimestamp();
 	return true;
 }
 
@@ -592,10 +631,40 @@ copy_bytes(Datum datum, char **data, int *len)
 		pfree(value);
 }
 
+/*
+ * The read's columns no row of the table has NULL in (the install script's
+ * NOT NULL): one that does was not written by outbox_send(), or the table
+ * was altered between the last check and the read. The read fails, as a
+ * pass does (logged, in last_error, retried after a back-off), rather than
+ * send such a row or take it for another.
+ */
+static void
+check_required(const Datum *values, const bool *nulls)
+{
+	static const struct
+	{
+		int			read;		/* its position in the read */
+		OutboxColumn table;		/* in the table */
+	}			required[] = {
+		{COL_ID, OUTBOX_COL_ID}, {COL_TOPIC, OUTBOX_COL_TOPIC},
+		{COL_CREATED_AT, OUTBOX_COL_CREATED_AT}, {COL_ATTEMPTS, OUTBOX_COL_ATTEMPTS}
+	};
+
+	for (int i = 0; i < (int) lengthof(required); i++)
+		if (nulls[required[i].read])
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("an outbox row has a NULL %s%s", table_names[required[i].table],
+							nulls[COL_ID] ? "" :
+							psprintf(" (id " INT64_FORMAT ")", DatumGetInt64(values[COL_ID]))),
+					 errhint("Rows of the outbox are written by outbox_send() only; delete or correct this one.")));
+}
+
 /* Copies one row of the read into an event, in the current context. */
 static void
 copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
 {
+	check_required(values, nulls);
 	event->id = DatumGetInt64(values[COL_ID]);
 	event->topic = TextDatumGetCString(values[COL_TOPIC]);
 	event->key_isnull = nulls[COL_KEY];
