@@ -467,14 +467,15 @@ extension_still_verified(void)
  * The read selects the table's columns by name, and outbox_send() writes
  * them by position: a column renamed, or two of a type swapping names,
  * would have the worker read another column than outbox_send() wrote (a
- * NULL topic, say). Checked under the read's lock, so that no DDL comes
- * between the check and this step's statements.
+ * NULL topic, say). The lock is kept to the step's end: no DDL comes
+ * between the check and the step's statements. DDL committed just after a
+ * step's look is seen by the next step's (its invalidation); the read's
+ * NULL checks (check_required) cover the step in between.
  */
 static void
-check_table(void)
+check_table(Oid table)
 {
-	Relation	rel = OidIsValid(plans_table) ?
-		try_table_open(plans_table, AccessShareLock) : NULL;
+	Relation	rel = OidIsValid(table) ? try_table_open(table, AccessShareLock) : NULL;
 
 	if (rel == NULL)
 		ereport(ERROR,
@@ -485,14 +486,16 @@ check_table(void)
 }
 
 /*
- * Looks the extension up; (re)prepares the plans if it was created again
- * (the read then sees that the cursor is of another extension: the new
- * table's ids start again from 1). Returns false while it is absent.
+ * Looks the extension up, and checks its table; (re)prepares the plans if
+ * it was created again (the read then sees that the cursor is of another
+ * extension: the new table's ids start again from 1). Returns false while
+ * it is absent.
  */
 static bool
 look_up_extension(void)
 {
 	Oid			extension_oid;
+	Oid			table;
 	char	   *schema;
 	char	   *version;
 	bool		isnull;
@@ -500,7 +503,10 @@ look_up_extension(void)
 	/* the cheap check; SQL only when the extension changed */
 	extension_oid = get_extension_oid("outbox", true);
 	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
+	{
+		check_table(plans_table);
 		return true;
+	}
 	/* none are valid now; an error below leaves none, and the next step looks again */
 	forget_plans();
 
@@ -524,16 +530,19 @@ look_up_extension(void)
 						version, OUTBOX_VERSION),
 				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
 						 get_database_name(MyDatabaseId))));
+	table = get_relname_relid("outbox", get_namespace_oid(schema, false));
+	/* before the plans, which name its columns */
+	check_table(table);
 	prepare_plans(schema);
-	plans_table = get_relname_relid("outbox", get_namespace_oid(schema, false));
+	plans_table = table;
 	plans_extension_oid = extension_oid;
 	return true;
 }
 
 /*
- * Finds the extension in this database, and its table with the columns
- * the worker reads. Returns false while the extension is absent. Runs
- * inside a step.
+ * Finds the extension in this database, its table with the columns the
+ * worker reads. Returns false while the extension is absent. Runs inside a
+ * step.
  */
 static bool
 find_extension(void)
@@ -542,7 +551,6 @@ find_extension(void)
 		return true;
 	if (!look_up_extension())
 		return false;
-	check_table();
 	extension_verified_at = GetCurrentTimestamp();
 	return true;
 }
