@@ -12,7 +12,7 @@ DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXT
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
-REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix
+REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table
 REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
 # `make installcheck` is pg_regress only, as packagers' tools expect
 # (pg_buildext installcheck); the TAP tests need the project's broker and

@@ -49,18 +49,37 @@
 #endif
 
 /*
- * The executor's range table: 16 added the permission infos (none here,
- * nothing is checked), 18 the relations initial pruning kept (the one).
+ * The executor's range table of one relation: 16 added the permission
+ * infos (one, which checks nothing, but which a constraint's error message
+ * looks up for its row detail), 18 the relations initial pruning kept
+ * (the one). The caller includes parser/parse_relation.h from 16 on.
  */
 #if PG_VERSION_NUM >= 180000
-#define compat_ExecInitRangeTable(estate, rtable) \
-	ExecInitRangeTable(estate, rtable, NIL, bms_make_singleton(1))
+#define compat_ExecInitRangeTable(estate, rte) \
+	do { \
+		List	   *perminfos_ = NIL; \
+		(void) addRTEPermissionInfo(&perminfos_, (rte)); \
+		ExecInitRangeTable(estate, list_make1(rte), perminfos_, bms_make_singleton(1)); \
+	} while (0)
 #elif PG_VERSION_NUM >= 160000
-#define compat_ExecInitRangeTable(estate, rtable) \
-	ExecInitRangeTable(estate, rtable, NIL)
+#define compat_ExecInitRangeTable(estate, rte) \
+	do { \
+		List	   *perminfos_ = NIL; \
+		(void) addRTEPermissionInfo(&perminfos_, (rte)); \
+		ExecInitRangeTable(estate, list_make1(rte), perminfos_); \
+	} while (0)
 #else
-#define compat_ExecInitRangeTable(estate, rtable) \
-	ExecInitRangeTable(estate, rtable)
+#define compat_ExecInitRangeTable(estate, rte) \
+	ExecInitRangeTable(estate, list_make1(rte))
+#endif
+
+/* 16: an insert's index entries can be limited to summarizing indexes */
+#if PG_VERSION_NUM >= 160000
+#define compat_ExecInsertIndexTuples(result, slot, estate) \
+	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL, false)
+#else
+#define compat_ExecInsertIndexTuples(result, slot, estate) \
+	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL)
 #endif
 
 /* 16: one ownership check for every catalog */

@@ -2,9 +2,9 @@
  * outbox_table.h
  *		The outbox table's columns as the C code knows them: their order,
  *		names and types, once. The install script (sql/outbox--*.sql)
- *		creates the table in this order; outbox_send() checks a table's
- *		shape against it and writes its rows by it, and the worker's read
- *		selects its columns by name from it.
+ *		creates the table in this order; outbox_send() writes its rows by
+ *		it, and the worker's read selects its columns by name from it; both
+ *		check a table's columns against it first (outbox_table.c).
  */
 #ifndef OUTBOX_TABLE_H
 #define OUTBOX_TABLE_H
@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "utils/relcache.h"
 
 /* X(TAG, name, type), in the table's order. */
 #define OUTBOX_TABLE_COLUMNS(X) \
@@ -41,5 +42,12 @@ typedef enum OutboxColumn
 
 /* The columns of tables made before 0.3.0 (no payload_type yet). */
 #define OUTBOX_NCOLUMNS_BEFORE_0_3 OUTBOX_COL_PAYLOAD_TYPE
+
+/*
+ * Refuses (55000, naming the table and the column) a table whose first
+ * ncolumns columns are not those above, or that has any other.
+ */
+extern void outbox_check_table_columns(Relation rel, int ncolumns);
+extern void outbox_refuse_table_shape(Relation rel, const char *what);
 
 #endif							/* OUTBOX_TABLE_H */

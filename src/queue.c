@@ -24,6 +24,7 @@
 
 #include <unistd.h>
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -166,6 +167,8 @@ enum
 	READ_NCOLUMNS
 };
 
+static const char *const table_names[] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_NAME)};
+
 #define READ_TABLE_NAME(tag) table_names[OUTBOX_COL_##tag],
 #define READ_SYSTEM_NAME(tag, name) name,
 
@@ -173,7 +176,6 @@ enum
 static char *
 read_columns(void)
 {
-	static const char *const table_names[] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_NAME)};
 	const char *const names[READ_NCOLUMNS] = {READ_COLUMN_LIST(READ_TABLE_NAME, READ_SYSTEM_NAME)};
 	StringInfoData list;
 
@@ -478,31 +480,57 @@ extension_still_verified(void)
 	if (!extension_unverified && OidIsValid(plans_extension_oid) &&
 		!TimestampDifferenceExceeds(extension_verified_at, now, EXTENSION_RECHECK_MS))
 		return true;
+	/* an invalidation from here on is for the next look */
 	extension_unverified = false;
-	extension_verified_at = now;
+	/* until find_extension() found it and its table as they should be */
+	extension_verified_at = 0;
 	return false;
 }
 
 /*
- * Finds the extension in this database; (re)prepares the plans if it was
- * created again (the read then sees that the cursor is of another
+ * The read selects the table's columns by name, and outbox_send() writes
+ * them by position: a column renamed, or two of a type swapping names,
+ * would have the worker read another column than outbox_send() wrote (a
+ * NULL topic, say). The lock is kept to the step's end: no DDL comes
+ * between the check and the step's statements. DDL committed just after a
+ * step's look is seen by the next step's (its invalidation); the read's
+ * NULL checks (check_required) cover the step in between.
+ */
+static void
+check_table(Oid table)
+{
+	Relation	rel = OidIsValid(table) ? try_table_open(table, AccessShareLock) : NULL;
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the outbox extension's table is missing")));
+	outbox_check_table_columns(rel, OUTBOX_NCOLUMNS);
+	table_close(rel, NoLock);
+}
+
+/*
+ * Looks the extension up, and checks its table; (re)prepares the plans if
+ * it was created again (the read then sees that the cursor is of another
  * extension: the new table's ids start again from 1). Returns false while
- * it is absent. Runs inside a step.
+ * it is absent.
  */
 static bool
-find_extension(void)
+look_up_extension(void)
 {
 	Oid			extension_oid;
+	Oid			table;
 	char	   *schema;
 	char	   *version;
 	bool		isnull;
 
-	if (extension_still_verified())
-		return true;
 	/* the cheap check; SQL only when the extension changed */
 	extension_oid = get_extension_oid("outbox", true);
 	if (OidIsValid(extension_oid) && extension_oid == plans_extension_oid)
+	{
+		check_table(plans_table);
 		return true;
+	}
 	/* none are valid now; an error below leaves none, and the next step looks again */
 	forget_plans();
 
@@ -526,9 +554,28 @@ find_extension(void)
 						version, OUTBOX_VERSION),
 				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
 						 get_database_name(MyDatabaseId))));
+	table = get_relname_relid("outbox", get_namespace_oid(schema, false));
+	/* before the plans, which name its columns */
+	check_table(table);
 	prepare_plans(schema);
-	plans_table = get_relname_relid("outbox", get_namespace_oid(schema, false));
+	plans_table = table;
 	plans_extension_oid = extension_oid;
+	return true;
+}
+
+/*
+ * Finds the extension in this database, its table with the columns the
+ * worker reads. Returns false while the extension is absent. Runs inside a
+ * step.
+ */
+static bool
+find_extension(void)
+{
+	if (extension_still_verified())
+		return true;
+	if (!look_up_extension())
+		return false;
+	extension_verified_at = GetCurrentTimestamp();
 	return true;
 }
 
@@ -616,10 +663,40 @@ copy_bytes(Datum datum, char **data, int *len)
 		pfree(value);
 }
 
+/*
+ * The read's columns no row of the table has NULL in (the install script's
+ * NOT NULL): one that does was not written by outbox_send(), or the table
+ * was altered between the last check and the read. The read fails, as a
+ * pass does (logged, in last_error, retried after a back-off), rather than
+ * send such a row or take it for another.
+ */
+static void
+check_required(const Datum *values, const bool *nulls)
+{
+	static const struct
+	{
+		int			read;		/* its position in the read */
+		OutboxColumn table;		/* in the table */
+	}			required[] = {
+		{COL_ID, OUTBOX_COL_ID}, {COL_TOPIC, OUTBOX_COL_TOPIC},
+		{COL_CREATED_AT, OUTBOX_COL_CREATED_AT}, {COL_ATTEMPTS, OUTBOX_COL_ATTEMPTS}
+	};
+
+	for (int i = 0; i < (int) lengthof(required); i++)
+		if (nulls[required[i].read])
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("an outbox row has a NULL %s%s", table_names[required[i].table],
+							nulls[COL_ID] ? "" :
+							psprintf(" (id " INT64_FORMAT ")", DatumGetInt64(values[COL_ID]))),
+					 errhint("Rows of the outbox are written by outbox_send() only; delete or correct this one.")));
+}
+
 /* Copies one row of the read into an event, in the current context. */
 static void
 copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
 {
+	check_required(values, nulls);
 	event->id = DatumGetInt64(values[COL_ID]);
 	event->topic = TextDatumGetCString(values[COL_TOPIC]);
 	event->key_isnull = nulls[COL_KEY];

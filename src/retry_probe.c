@@ -6,8 +6,8 @@
  *		the read itself: executor start-up for one index descent. Paced
  *		and small reads made it a fifth of the worker's main thread.
  *
- * The index is used only while it is the one the install script made:
- * anything else, and the caller's statement asks instead.
+ * The index is used only while it is the one the install script made, on
+ * a heap table: anything else, and the caller's statement asks instead.
  */
 #include "retry_probe.h"
 #include "index_shape.h"
@@ -18,6 +18,7 @@
 #include "access/relation.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/pg_am.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -81,7 +82,9 @@ outbox_probe_retry(Oid relid, int32 shard, bool *any)
 	/* locked before it is looked at: dropped in between, it is not opened */
 	if (OidIsValid(index_oid))
 		index = try_relation_open(index_oid, AccessShareLock);
-	usable = index != NULL && is_retry_index(index, relid);
+	/* the rows are read as heap tuples, of a table of the heap's own kind */
+	usable = table->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		index != NULL && is_retry_index(index, relid);
 	if (usable)
 		*any = shard_has_retry(table, index_oid, shard);
 	if (index != NULL)

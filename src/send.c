@@ -12,6 +12,7 @@
  */
 #include "send.h"
 #include "compat.h"
+#include "executor_insert.h"
 #include "index_shape.h"
 #include "message.h"
 #include "outbox_table.h"
@@ -26,10 +27,9 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_sequence.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
-#include "executor/executor.h"
 #include "commands/dbcommands.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -40,6 +40,7 @@
 #include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
@@ -268,41 +269,20 @@ find_relations(Oid namespace)
 	relations.namespace = namespace;
 }
 
-static void
-refuse_shape(Relation rel, const char *what)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("the outbox table \"%s\" was altered: %s",
-					RelationGetRelationName(rel), what),
-			 errhint("Only outbox_send() and the outbox workers may change the outbox's definition; re-create the extension.")));
-}
-
-/* The columns outbox_send() writes values of, with the types it writes. */
+/*
+ * The columns outbox_send() writes values of, by position, with the names
+ * the worker reads them by and the types written.
+ */
 static void
 check_columns(Relation rel)
 {
-	static const Oid types[OUTBOX_NCOLUMNS] = {OUTBOX_TABLE_COLUMNS(OUTBOX_COLUMN_TYPE)};
-	TupleDesc	desc = RelationGetDescr(rel);
-
 	/*
 	 * Between the new library's start and ALTER EXTENSION outbox UPDATE,
 	 * the table has the columns of before 0.3.0: sending goes on.
 	 */
-	relations.before_0_3 = (desc->natts == OUTBOX_NCOLUMNS_BEFORE_0_3);
-	if (desc->natts != OUTBOX_NCOLUMNS && !relations.before_0_3)
-		refuse_shape(rel, psprintf("it has %d columns, expected %d",
-								   desc->natts, OUTBOX_NCOLUMNS));
-	for (int i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute attr = TupleDescAttr(desc, i);
-
-		if (attr->attisdropped || attr->atttypid != types[i])
-			refuse_shape(rel, psprintf("column %d (\"%s\") has type %s, expected %s",
-									   i + 1, NameStr(attr->attname),
-									   format_type_be(attr->atttypid),
-									   format_type_be(types[i])));
-	}
+	relations.before_0_3 = (RelationGetDescr(rel)->natts == OUTBOX_NCOLUMNS_BEFORE_0_3);
+	outbox_check_table_columns(rel, relations.before_0_3 ?
+							   OUTBOX_NCOLUMNS_BEFORE_0_3 : OUTBOX_NCOLUMNS);
 }
 
 /*
@@ -323,7 +303,7 @@ check_sequence(Relation rel)
 	ordered = seq->seqcache == 1 && !seq->seqcycle;
 	ReleaseSysCache(tuple);
 	if (!ordered)
-		refuse_shape(rel, "its sequence outbox_id_seq must have CACHE 1 and NO CYCLE");
+		outbox_refuse_table_shape(rel, "its sequence outbox_id_seq must have CACHE 1 and NO CYCLE");
 }
 
 /*
@@ -354,12 +334,47 @@ has_own_indexes_only(Relation rel)
 	return own;
 }
 
+/* The columns every row outbox_send() writes has a value in. */
+static bool
+always_written(int column)
+{
+	switch (column)
+	{
+		case OUTBOX_COL_ID:
+		case OUTBOX_COL_SHARD:
+		case OUTBOX_COL_TOPIC:
+		case OUTBOX_COL_CREATED_AT:
+		case OUTBOX_COL_ATTEMPTS:
+		case OUTBOX_COL_PAYLOAD_TYPE:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * No NOT NULL the direct insert could break: on a column outbox_send()
+ * leaves NULL in some rows (a key, say), only the executor checks it.
+ */
+static bool
+has_own_not_nulls_only(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->attnotnull && !always_written(i))
+			return false;
+	return true;
+}
+
 /*
  * Examines the table under its lock. A table that is just as the extension
- * made it gets the direct insert; one with anything added (an index, even
- * one being built or swapped by CREATE INDEX or REINDEX CONCURRENTLY, a
- * trigger such as pg_repack's or an audit trigger, a check constraint) gets
- * the executor's insert, which honours all of them.
+ * made it gets the direct insert, which writes a heap tuple and the primary
+ * key's entry; one with anything added (an index, even one being built or
+ * swapped by CREATE INDEX or REINDEX CONCURRENTLY, a trigger such as
+ * pg_repack's or an audit trigger, a check or NOT NULL constraint, a
+ * partition's constraint, another table access method) gets the
+ * executor's insert, which honours all of them.
  */
 static void
 examine_table(Relation rel)
@@ -372,6 +387,9 @@ examine_table(Relation rel)
 	check_sequence(rel);
 	relations.pristine = rel->trigdesc == NULL &&
 		(constr == NULL || constr->num_check == 0) &&
+		has_own_not_nulls_only(rel) &&
+		!rel->rd_rel->relispartition &&
+		rel->rd_rel->relam == HEAP_TABLE_AM_OID &&
 		has_own_indexes_only(rel);
 
 	if (relations_context == NULL)
@@ -420,8 +438,9 @@ open_outbox(FunctionCallInfo fcinfo)
 
 /* The direct insert: the heap and the primary key, nothing else. */
 static void
-insert_directly(Relation rel, HeapTuple tuple, int shard, int64 id)
+insert_directly(Relation rel, Datum *values, bool *nulls, int shard, int64 id)
 {
+	HeapTuple	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	Relation	index = index_open(relations.index, RowExclusiveLock);
 	Datum		index_values[2] = {Int32GetDatum(shard), Int64GetDatum(id)};
 	bool		index_nulls[2] = {false, false};
@@ -430,39 +449,7 @@ insert_directly(Relation rel, HeapTuple tuple, int shard, int64 id)
 	index_insert(index, index_values, index_nulls, &tuple->t_self, rel,
 				 UNIQUE_CHECK_YES, false, relations.index_info);
 	index_close(index, NoLock);
-}
-
-/*
- * The executor's insert, as logical replication applies a row: triggers,
- * constraints and every index that is ready for inserts. No privilege is
- * checked, as for the direct insert; triggers run as the caller.
- */
-static void
-insert_through_executor(Relation rel, HeapTuple tuple)
-{
-	EState	   *estate = CreateExecutorState();
-	RangeTblEntry *rte = makeNode(RangeTblEntry);
-	ResultRelInfo *result = makeNode(ResultRelInfo);
-	TupleTableSlot *slot;
-
-	rte->rtekind = RTE_RELATION;
-	rte->relid = RelationGetRelid(rel);
-	rte->relkind = rel->rd_rel->relkind;
-	rte->rellockmode = RowExclusiveLock;
-	compat_ExecInitRangeTable(estate, list_make1(rte));
-	InitResultRelInfo(result, rel, 1, NULL, 0);
-	estate->es_output_cid = GetCurrentCommandId(true);
-	ExecOpenIndices(result, false);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsHeapTuple);
-	ExecStoreHeapTuple(tuple, slot, false);
-
-	AfterTriggerBeginQuery();
-	ExecSimpleRelationInsert(result, estate, slot);
-	AfterTriggerEndQuery(estate);
-
-	ExecCloseIndices(result);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
+	heap_freetuple(tuple);
 }
 
 static int64
@@ -472,7 +459,6 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 	Relation	rel = open_outbox(fcinfo);
 	Datum		values[OUTBOX_NCOLUMNS];
 	bool		nulls[OUTBOX_NCOLUMNS];
-	HeapTuple	tuple;
 	int64		id;
 	int			shard;
 
@@ -509,13 +495,11 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 	nulls[OUTBOX_COL_LAST_ATTEMPT_AT] = true;
 	nulls[OUTBOX_COL_NEXT_ATTEMPT_AT] = true;
 
-	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	if (relations.pristine)
-		insert_directly(rel, tuple, shard, id);
+		insert_directly(rel, values, nulls, shard, id);
 	else
-		insert_through_executor(rel, tuple);
+		outbox_insert_through_executor(rel, values, nulls);
 	table_close(rel, NoLock);
-	heap_freetuple(tuple);
 
 	touched_shards |= UINT64CONST(1) << shard;
 	sent_this_xact = true;

@@ -5,7 +5,10 @@
 # delivers again; DROP DATABASE of a delivered database is not blocked by
 # the workers, leaves no worker trying to connect, and a database created
 # again under that name is delivered; an event sent in a database
-# outbox.databases leaves out warns once per session.
+# outbox.databases leaves out warns once per session; columns renamed under
+# the workers (two swapping names), or a row with a NULL topic, are
+# reported in outbox_status and the log, retried after a back-off, and
+# crash nothing.
 use strict;
 use warnings;
 use FindBin;
@@ -120,6 +123,76 @@ ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM ob.outbox', 30),
 	'with the extension in schema ob, events are delivered');
 $got = values_in('ddl');
 is(scalar(grep { $got->{"schema-ob-$_"} } 1 .. 3), 3, 'the schema-ob events are in Kafka');
+
+# ---- (d) columns renamed under the workers -------------------------------
+# outbox_send() writes columns by position, the workers read them by name.
+# Rows are in the table when the owner swaps two text columns' names (topic
+# and last_error): outbox_send() refuses from then on (sql/altered_table),
+# and the workers report the table's state, back off and stay up, rather
+# than read last_error as the topic. A row with a NULL topic is reported
+# the same way. Both put right, the events go out.
+sub postmaster_pid
+{
+	open my $fh, '<', $node->data_dir . '/postmaster.pid' or return '';
+	my $pid = <$fh>;
+	chomp $pid;
+	return $pid;
+}
+
+sub status_errors
+{
+	return sql(q{SELECT string_agg(coalesce(last_error, ''), ' | ' ORDER BY shard)
+		FROM ob.outbox_status});
+}
+
+ok(pause_delivery($node, $shards), 'delivery paused');
+sql(q{SELECT ob.outbox_send('ddl', 'swapped-' || i, 'k' || i) FROM generate_series(1, 4) i});
+sql(q{ALTER TABLE ob.outbox RENAME COLUMN topic TO tmp;
+	ALTER TABLE ob.outbox RENAME COLUMN last_error TO topic;
+	ALTER TABLE ob.outbox RENAME COLUMN tmp TO last_error});
+my $postmaster = postmaster_pid();
+my $workers_before = join(',', @{ worker_pids($node) });
+$offset = -s $node->logfile;
+reload_with($node, 'outbox.enabled = on');
+my $shape_error = qr/the outbox table "outbox" was altered: column 3 is named "last_error", expected "topic"/;
+ok(wait_until(30, sub { status_errors() =~ $shape_error }),
+	'(d) outbox_status.last_error names the table and the column')
+  or diag(status_errors());
+# a few passes of each worker, each failing after its back-off (200 ms,
+# doubling to 2 s)
+ok(wait_until(30, sub {
+	!grep { log_count($node, qr/\[$_\] ERROR:  $shape_error/, $offset) < 2 }
+	  @{ worker_pids($node) } }),
+	'(d) every worker logs it, again after a back-off');
+is(log_count($node, qr/terminated by signal|reinitializing/, $offset), 0,
+	'(d) no worker crashed');
+is(postmaster_pid(), $postmaster, '(d) the postmaster is the same');
+is(join(',', @{ worker_pids($node) }), $workers_before, '(d) so are the workers');
+is(sql(q{SELECT count(*) FROM ob.outbox}), '4', '(d) nothing was sent or lost meanwhile');
+
+sql(q{ALTER TABLE ob.outbox RENAME COLUMN topic TO tmp;
+	ALTER TABLE ob.outbox RENAME COLUMN last_error TO topic;
+	ALTER TABLE ob.outbox RENAME COLUMN tmp TO last_error});
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM ob.outbox', 30),
+	'(d) with the names put back, the events are delivered');
+$got = values_in('ddl');
+is(scalar(grep { $got->{"swapped-$_"} } 1 .. 4), 4, '(d) all four are in Kafka');
+
+# a row outbox_send() would never write: NULL where the table had NOT NULL
+$offset = -s $node->logfile;
+my $null_id = sql(q{ALTER TABLE ob.outbox ALTER COLUMN topic DROP NOT NULL;
+	INSERT INTO ob.outbox (id, shard, topic, created_at)
+	VALUES (nextval('ob.outbox_id_seq'), 0, NULL, now()) RETURNING id});
+ok(wait_until(30, sub { status_errors() =~ /an outbox row has a NULL topic \(id $null_id\)/ }),
+	'(d) a row with a NULL topic is reported with its id')
+  or diag(status_errors());
+is(log_count($node, qr/terminated by signal|reinitializing/, $offset), 0,
+	'(d) and no worker crashed');
+sql(qq{DELETE FROM ob.outbox WHERE id = $null_id;
+	ALTER TABLE ob.outbox ALTER COLUMN topic SET NOT NULL});
+sql(q{SELECT ob.outbox_send('ddl', 'after-null', 'k0')});
+ok(wait_query($node, 'postgres', 'SELECT count(*) = 0 FROM ob.outbox', 30),
+	'(d) with that row gone, events are delivered again');
 
 # ---- (c) an event in a database outbox.databases leaves out -------------
 $node->append_conf('postgresql.conf', "outbox.databases = 'postgres'");
