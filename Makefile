@@ -1,5 +1,5 @@
 EXTENSION = outbox
-EXTVERSION = 0.5.0
+EXTVERSION = 0.6.0
 
 MODULE_big = outbox
 OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/registry.o src/send.o src/database_hooks.o src/launcher.o \
@@ -8,9 +8,9 @@ OBJS = src/module.o src/settings.o src/slots.o src/inbox.o src/pauses.o src/regi
        src/transaction.o src/progress.o src/partition_warmup.o src/partition_pacing.o src/position_delete.o src/index_shape.o src/retry_probe.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
-       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql \
+       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql sql/$(EXTENSION)--0.5.0.sql \
        sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql sql/$(EXTENSION)--0.3.0--0.4.0.sql \
-       sql/$(EXTENSION)--0.4.0--0.5.0.sql
+       sql/$(EXTENSION)--0.4.0--0.5.0.sql sql/$(EXTENSION)--0.5.0--0.6.0.sql
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.
