@@ -1,14 +1,14 @@
 EXTENSION = outbox
-EXTVERSION = 0.5.0
+EXTVERSION = 0.6.0
 
 MODULE_big = outbox
 # every module of src/, and the envelope's generated code
 OBJS = $(patsubst %.c,%.o,$(filter-out src/outbox.pb-c.c,$(wildcard src/*.c))) src/outbox.pb-c.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
-       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql \
+       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql sql/$(EXTENSION)--0.5.0.sql \
        sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql sql/$(EXTENSION)--0.3.0--0.4.0.sql \
-       sql/$(EXTENSION)--0.4.0--0.5.0.sql
+       sql/$(EXTENSION)--0.4.0--0.5.0.sql sql/$(EXTENSION)--0.5.0--0.6.0.sql
 DOCS = README.md
 
 # sql/ also holds the install script, so the tests are named here.

@@ -33,11 +33,12 @@
 #include "utils/timestamp.h"
 
 /*
- * Topic handles kept per producer: topics with longer names or beyond
- * this many are produced to by name.
+ * Topic handles kept per producer: topics with longer names (Kafka allows
+ * none) or beyond outbox.test_topic_handles (10,000; lowered only by
+ * tests) are produced to by name, without the partition warm-up or
+ * pacing a handle carries (said once in the log).
  */
 #define TOPIC_NAME_KEY 256
-#define MAX_TOPIC_HANDLES 10000
 
 typedef struct TopicHandle
 {
@@ -99,6 +100,7 @@ struct OutboxProducer
 	char		last_reason[512];
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
+	bool		handles_full_told;	/* logged the handles' limit reached */
 	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
 	bool		transactional;	/* built for outbox.delivery = exactly_once */
 	OutboxProgressReport progress;	/* of the last progress record produced */
@@ -739,6 +741,19 @@ outbox_producer_outdated(OutboxProducer *producer)
 	return true;
 }
 
+/* The first topic past the handles' limit, once per producer. */
+static void
+tell_handles_full(OutboxProducer *producer, const char *topic)
+{
+	if (producer->handles_full_told)
+		return;
+	producer->handles_full_told = true;
+	ereport(LOG,
+			(errmsg("%s: the Kafka producer holds %d topic handles; topic \"%s\" and every further new topic are produced to by name",
+					producer->name, outbox_test_topic_handles, topic),
+			 errdetail("Such topics have no partition warm-up or pacing: a key's first events there may be written out of order if Kafka refuses the first request and accepts the next.")));
+}
+
 /*
  * The handle of a topic, made when the topic is first produced to. Making
  * it asks Kafka for the topic's metadata at once; librdkafka 2.0.2 does not
@@ -758,8 +773,11 @@ topic_handle(OutboxProducer *producer, const char *topic)
 	handle = hash_search(producer->topics, topic, HASH_FIND, NULL);
 	if (handle != NULL)
 		return handle;
-	if (hash_get_num_entries(producer->topics) >= MAX_TOPIC_HANDLES)
+	if (hash_get_num_entries(producer->topics) >= outbox_test_topic_handles)
+	{
+		tell_handles_full(producer, topic);
 		return NULL;
+	}
 	/* entered first: the entry cannot fail once librdkafka made the handle */
 	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
 	(void) outbox_warmup_create(producer->warmup_context, producer->rk, &topic_conf);

@@ -25,6 +25,13 @@
  * old primary's producer):
  *   - of this extension (its oid) on this timeline, of this instance: all
  *     its ids are settled;
+ *   - of the instance this one replaced on this timeline (the server was
+ *     moved: another host or data directory, queue.c), written at a WAL
+ *     position the replacement's WAL holds (previous_until): all its ids
+ *     are settled. Whichever shard rotated the instance first, each
+ *     shard's recovery recognises its own last record; a copy running at
+ *     the same time wrote its later records past the point where the two
+ *     WALs diverged, which this server's own history does not hold;
  *   - of this extension on an earlier timeline (the old primary, before a
  *     promotion or a point-in-time recovery): its ids are settled where
  *     the row was created no later than the record was written, since a
@@ -40,6 +47,7 @@
  */
 #include "progress.h"
 #include "compat.h"
+#include "queue.h"
 #include "settings.h"
 #include "stop.h"
 
@@ -55,6 +63,7 @@
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -71,13 +80,18 @@
 
 #define PROGRESS_MAGIC "pg_outbox progress 1"
 
-/* One decoded record. */
+/*
+ * One decoded record. "flushed" is the server's WAL flush position when it
+ * wrote the record: every row it names was committed and flushed by then
+ * (a read waits for that before it is produced).
+ */
 typedef struct ProgressRecord
 {
 	char		instance[64];
 	int64		timeline;
 	Oid			extension;
 	TimestampTz written_at;
+	XLogRecPtr	flushed;		/* the WAL its server had flushed; 0: not said */
 	int64	   *ids;
 	int			nids;
 } ProgressRecord;
@@ -114,9 +128,10 @@ outbox_progress_encode(const char *instance, Oid extension, const int64 *ids, in
 	StringInfoData out;
 
 	initStringInfo(&out);
-	appendStringInfo(&out, "%s\ninstance=%s\ntimeline=%u\nextension=%u\nwritten_at=" INT64_FORMAT "\nids=",
+	appendStringInfo(&out, "%s\ninstance=%s\ntimeline=%u\nextension=%u\nwritten_at=" INT64_FORMAT
+					 "\nflushed=" UINT64_FORMAT "\nids=",
 					 PROGRESS_MAGIC, instance, GetWALInsertionTimeLine(), extension,
-					 (int64) GetCurrentTimestamp());
+					 (int64) GetCurrentTimestamp(), (uint64) GetFlushRecPtr(NULL));
 	append_ranges(&out, ids, n);
 	appendStringInfoChar(&out, '\n');
 	return out.data;
@@ -176,6 +191,7 @@ decode(const char *value, ProgressRecord *rec)
 	char	   *timeline = field(value, "timeline");
 	char	   *extension = field(value, "extension");
 	char	   *written_at = field(value, "written_at");
+	char	   *flushed = field(value, "flushed");
 	char	   *ids = field(value, "ids");
 
 	if (strncmp(value, PROGRESS_MAGIC "\n", strlen(PROGRESS_MAGIC) + 1) != 0 ||
@@ -186,6 +202,8 @@ decode(const char *value, ProgressRecord *rec)
 	rec->timeline = strtoll(timeline, NULL, 10);
 	rec->extension = (Oid) strtoul(extension, NULL, 10);
 	rec->written_at = (TimestampTz) strtoll(written_at, NULL, 10);
+	/* a record of 0.5.0 does not say: it is recognised by its instance only */
+	rec->flushed = flushed == NULL ? InvalidXLogRecPtr : (XLogRecPtr) strtoull(flushed, NULL, 10);
 	parse_ids(rec, ids);
 	return true;
 }
@@ -445,28 +463,52 @@ end_sql(MemoryContext caller)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* This database's outbox_instance, as the recovery needs it. */
+typedef struct InstanceRow
+{
+	char	   *id;
+	char	   *previous_id;	/* NULL if it replaced none */
+	XLogRecPtr	previous_until; /* this server's WAL holds previous_id's to here */
+} InstanceRow;
+
 /* The extension's schema (quoted), its oid and its instance; false if absent. */
 static bool
-look_up_extension(char **schema, Oid *oid, char **instance)
+look_up_extension(char **schema, Oid *oid, InstanceRow *instance)
 {
 	bool		isnull;
+	Datum		until;
 
-	if (SPI_execute("SELECT e.oid, pg_catalog.quote_ident(n.nspname)"
+	if (SPI_execute("SELECT e.oid, pg_catalog.quote_ident(n.nspname), e.extversion"
 					" FROM pg_catalog.pg_extension e"
 					" JOIN pg_catalog.pg_namespace n ON n.oid" EQ "e.extnamespace"
 					" WHERE e.extname" EQ "'outbox'::pg_catalog.name", true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: looking up the extension failed");
 	if (SPI_processed == 0)
 		return false;
+	outbox_require_library_version(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3));
 	*oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	*schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	if (SPI_execute(psprintf("SELECT id::pg_catalog.text FROM %s.outbox_instance", *schema),
+	if (SPI_execute(psprintf("SELECT id::pg_catalog.text, previous_id::pg_catalog.text,"
+							 " previous_until FROM %s.outbox_instance", *schema),
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("outbox_instance must hold exactly one row")));
-	*instance = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	instance->id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	instance->previous_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	instance->previous_until = isnull ? InvalidXLogRecPtr : DatumGetLSN(until);
 	return true;
+}
+
+/* Whether this server wrote the record on its timeline (the file's header). */
+static bool
+written_here(const ProgressRecord *rec, const InstanceRow *instance)
+{
+	if (strcmp(rec->instance, instance->id) == 0)
+		return true;
+	return instance->previous_id != NULL && strcmp(rec->instance, instance->previous_id) == 0 &&
+		!XLogRecPtrIsInvalid(rec->flushed) && rec->flushed <= instance->previous_until;
 }
 
 /*
@@ -478,7 +520,7 @@ settle_record(const ProgressRecord *rec, int shard)
 {
 	MemoryContext caller = CurrentMemoryContext;
 	char	   *schema;
-	char	   *instance;
+	InstanceRow instance;
 	Oid			extension;
 	int64		timeline = (int64) GetWALInsertionTimeLine();
 	int			settled = 0;
@@ -486,7 +528,7 @@ settle_record(const ProgressRecord *rec, int shard)
 	begin_sql();
 	if (look_up_extension(&schema, &extension, &instance) && extension == rec->extension)
 	{
-		bool		same = (rec->timeline == timeline && strcmp(rec->instance, instance) == 0);
+		bool		same = (rec->timeline == timeline && written_here(rec, &instance));
 		bool		earlier = (rec->timeline < timeline);
 
 		if (rec->timeline > timeline)

@@ -44,6 +44,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -336,23 +337,37 @@ prepare_settle_plans(const char *s)
  * same system identifier, timeline and database, but a copy running at
  * the same time lives at another data directory or on another host. A
  * place not known yet (NULL) is recorded without a new id.
+ *
+ * A new id keeps the one it replaces (previous_id) and how far this
+ * server's WAL is that id's own history (previous_until: the redo point
+ * of its last checkpoint, at or past the end of its recovery, so past
+ * everything the previous id's server had flushed): exactly-once's
+ * recovery settles a progress record of the previous id written up to
+ * there (progress.c), and not a record a copy running at the same time
+ * wrote after the two diverged.
  */
 #define DIFFERS(col, arg) " (" col " IS NULL OR " col " OPERATOR(pg_catalog.<>) " arg ")"
 #define KNOWN_AND_DIFFERS(col, arg) " " col " OPERATOR(pg_catalog.<>) " arg
+#define NEEDS_NEW_ID \
+	" timeline OPERATOR(pg_catalog.<>) $1" \
+	"  OR database OPERATOR(pg_catalog.<>) $2" \
+	"  OR" KNOWN_AND_DIFFERS("system_identifier", "$3") \
+	"  OR" KNOWN_AND_DIFFERS("data_directory", "$4") \
+	"  OR" KNOWN_AND_DIFFERS("host", "$5")
 
 static void
 prepare_rotate_plan(const char *s)
 {
-	Oid			rotate_args[] = {INT8OID, OIDOID, INT8OID, TEXTOID, TEXTOID};
+	Oid			rotate_args[] = {INT8OID, OIDOID, INT8OID, TEXTOID, TEXTOID, PG_LSNOID};
 
 	plans.rotate_instance = prepare(psprintf(
 											 "UPDATE %s.outbox_instance SET"
-											 " id = CASE WHEN timeline OPERATOR(pg_catalog.<>) $1"
-											 "  OR database OPERATOR(pg_catalog.<>) $2"
-											 "  OR" KNOWN_AND_DIFFERS("system_identifier", "$3")
-											 "  OR" KNOWN_AND_DIFFERS("data_directory", "$4")
-											 "  OR" KNOWN_AND_DIFFERS("host", "$5")
+											 " id = CASE WHEN" NEEDS_NEW_ID
 											 "  THEN pg_catalog.gen_random_uuid() ELSE id END,"
+											 " previous_id = CASE WHEN" NEEDS_NEW_ID
+											 "  THEN id ELSE previous_id END,"
+											 " previous_until = CASE WHEN" NEEDS_NEW_ID
+											 "  THEN $6 ELSE previous_until END,"
 											 " timeline = $1, database = $2, system_identifier = $3,"
 											 " data_directory = $4, host = $5"
 											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
@@ -360,7 +375,7 @@ prepare_rotate_plan(const char *s)
 											 " OR" DIFFERS("system_identifier", "$3")
 											 " OR" DIFFERS("data_directory", "$4")
 											 " OR" DIFFERS("host", "$5"), s),
-									5, rotate_args);
+									6, rotate_args);
 }
 
 /*
@@ -434,7 +449,7 @@ static void
 load_instance(void)
 {
 	TimeLineID	timeline = CURRENT_TIMELINE();
-	Datum		args[5];
+	Datum		args[6];
 	bool		isnull;
 
 	if (instance_timeline == timeline)
@@ -444,6 +459,7 @@ load_instance(void)
 	args[2] = Int64GetDatum((int64) GetSystemIdentifier());
 	args[3] = CStringGetTextDatum(DataDir);
 	args[4] = host_name();
+	args[5] = LSNGetDatum(GetRedoRecPtr());
 	if (SPI_execute_plan(plans.rotate_instance, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "outbox: renewing outbox_instance failed");
 	if (SPI_execute_plan(plans.instance, NULL, NULL, false, 1) != SPI_OK_SELECT ||
@@ -547,13 +563,7 @@ look_up_extension(void)
 												   SPI_tuptable->tupdesc, 1, &isnull));
 	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	if (strcmp(version, OUTBOX_VERSION) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"outbox\" is at version %s, the library is %s",
-						version, OUTBOX_VERSION),
-				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
-						 get_database_name(MyDatabaseId))));
+	outbox_require_library_version(version);
 	table = get_relname_relid("outbox", get_namespace_oid(schema, false));
 	/* before the plans, which name its columns */
 	check_table(table);
@@ -561,6 +571,18 @@ look_up_extension(void)
 	plans_table = table;
 	plans_extension_oid = extension_oid;
 	return true;
+}
+
+void
+outbox_require_library_version(const char *version)
+{
+	if (strcmp(version, OUTBOX_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"outbox\" is at version %s, the library is %s",
+						version, OUTBOX_VERSION),
+				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
+						 get_database_name(MyDatabaseId))));
 }
 
 /*

@@ -43,6 +43,7 @@ char	   *outbox_cloudevents_source = NULL;
 int			outbox_delivery = OUTBOX_AT_LEAST_ONCE;
 char	   *outbox_progress_topic = NULL;
 int			outbox_test_pause_at = OUTBOX_PAUSE_NONE;
+int			outbox_test_topic_handles = 10000;
 
 static const struct config_enum_entry message_format_options[] = {
 	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
@@ -645,6 +646,12 @@ outbox_define_settings(void)
 							 NULL, &outbox_test_pause_at, OUTBOX_PAUSE_NONE, pause_options,
 							 PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
 							 NULL, NULL, NULL);
+	/* for the tests only: the limit past which topics go by name, reached */
+	DefineCustomIntVariable("outbox.test_topic_handles",
+							"Test only: the topic handles a worker's producer keeps.",
+							NULL, &outbox_test_topic_handles, 10000, 1, 10000,
+							PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
 
 	/* not preloaded, outbox.shards and outbox.database stay placeholders */
 	if (!process_shared_preload_libraries_in_progress)

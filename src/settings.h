@@ -61,6 +61,9 @@ extern int	outbox_delivery;
 extern char *outbox_progress_topic;
 extern int	outbox_test_pause_at;
 
+/* outbox.test_topic_handles: a producer's topic handles, lowered for a test */
+extern int	outbox_test_topic_handles;
+
 extern void outbox_define_settings(void);
 extern bool outbox_database_allowed(const char *dbname);
 
