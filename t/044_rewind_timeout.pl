@@ -1,0 +1,61 @@
+# A rewind times out what it waits for at message.timeout.ms, as the
+# pipeline does (review 695dcef L4). A refusal on topic refuse (an event
+# over message.max.bytes, refused by librdkafka: a refusal by the broker
+# would make the gap-less producer fail as a whole, and be rebuilt) starts
+# a rewind while an event to topic hang is in flight to a broker that does
+# not answer. The rewind waits for that event's report: before, only
+# librdkafka's own time-out gave it, which the worker sets to twice
+# message.timeout.ms (and which times messages out one at a time, the
+# reordering the worker's own time-out exists to prevent). The hang
+# event's failure is recorded when the rewind ends: its last_attempt_at
+# minus its created_at, over message.timeout.ms, must be about 1, not 2.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $timeout_s = 5;
+my $broker = start_broker(topics => ['refuse:1', 'hang:1']);
+is($broker->command('leader refuse 0 1'), 'OK', 'broker 1 leads refuse');
+is($broker->command('leader hang 0 2'), 'OK', 'broker 2 leads hang');
+my $node = new_outbox_node('rewind_timeout', $broker,
+	kafka_config => 'message.timeout.ms=' . ($timeout_s * 1000) . ',socket.timeout.ms=3000,message.max.bytes=2000');
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sql(q{SELECT outbox_send('refuse', 'warm'), outbox_send('hang', 'warm')});
+ok(wait_for_empty($node, 30), 'the producer knows both topics and their leaders');
+
+# hang's leader stops answering; its event is in flight there
+$broker->command('rtt 2 60000');
+sql(q{SELECT outbox_send('hang', 'stuck', 'h')});
+sleep 0.5;
+# an event too large for librdkafka is refused: a rewind starts
+my $offset = -s $node->logfile;
+sql(q{SELECT outbox_send('refuse', repeat('x', 5000), 'r')});
+
+ok(wait_query($node, 'postgres',
+	q{SELECT attempts > 0 FROM outbox WHERE topic = 'hang'}, 60),
+	'the rewind ends: the hang event\'s failure is recorded');
+my ($waited_s, $error) = split /\|/, sql(q{SELECT extract(epoch FROM last_attempt_at - created_at),
+	last_error FROM outbox WHERE topic = 'hang'});
+my $refused = log_since($node, $offset) =~ /Kafka refused 1 event/ ? 't' : 'f';
+my $ratio = $waited_s / $timeout_s;
+diag(sprintf('FIGURES L4 rewind with an event in flight to a silent broker: waited_s=%.2f message_timeout_s=%d ratio=%.2f error=%s',
+	$waited_s, $timeout_s, $ratio, $error));
+is($refused, 't', 'Kafka refused the event of refuse (the rewind was a refusal\'s)');
+cmp_ok($ratio, '>=', 0.9, 'the event was not withdrawn before message.timeout.ms');
+cmp_ok($ratio, '<', 1.5, 'the rewind timed it out at about message.timeout.ms, not twice that');
+
+$broker->command('rtt 2 0');
+ok(wait_query($node, 'postgres', q{SELECT NOT EXISTS (SELECT FROM outbox WHERE topic = 'hang')}, 60),
+	'the hang event is delivered once the broker answers');
+ok(scalar(grep { $_->{value} eq 'stuck' } @{ consume($broker, 'hang') }), 'it reached Kafka');
+
+$node->stop;
+$broker->stop;
+done_testing();
