@@ -443,17 +443,19 @@ host_name(void)
  * Reads the id space of the extension's ids, replacing it first when the
  * server now writes on another timeline than the one it was made on, the
  * database is a copy of the one it was made in, or the server is not
- * where it was made (see prepare_rotate_plan).
+ * where it was made (see prepare_rotate_plan). True if it replaced it:
+ * the caller makes that durable once committed.
  */
-static void
+static bool
 load_instance(void)
 {
 	TimeLineID	timeline = CURRENT_TIMELINE();
 	Datum		args[6];
 	bool		isnull;
+	bool		rotated;
 
 	if (instance_timeline == timeline)
-		return;
+		return false;
 	args[0] = Int64GetDatum((int64) timeline);
 	args[1] = ObjectIdGetDatum(MyDatabaseId);
 	args[2] = Int64GetDatum((int64) GetSystemIdentifier());
@@ -462,6 +464,7 @@ load_instance(void)
 	args[5] = LSNGetDatum(GetRedoRecPtr());
 	if (SPI_execute_plan(plans.rotate_instance, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "outbox: renewing outbox_instance failed");
+	rotated = (SPI_processed > 0);
 	if (SPI_execute_plan(plans.instance, NULL, NULL, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		ereport(ERROR,
@@ -472,6 +475,7 @@ load_instance(void)
 											  1, &isnull)),
 			sizeof(instance_id));
 	instance_timeline = timeline;
+	return rotated;
 }
 
 static void
@@ -1082,6 +1086,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	OutboxAsyncCommits async;
 	int64	   *skip;
 	int			nskip;
+	bool		rotated;
 
 	memset(batch, 0, sizeof(*batch));
 	begin_step("outbox: reading a batch");
@@ -1095,7 +1100,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 		end_step(batch_context);
 		return true;
 	}
-	load_instance();
+	rotated = load_instance();
 	batch->extension_oid = plans_extension_oid;
 	batch->instance = MemoryContextStrdup(batch_context, instance_id);
 	/* the read's statements, its look for retries first */
@@ -1124,6 +1129,15 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	batch->more |= (batch->nevents == limit);
 	PopActiveSnapshot();		/* the open ids' snapshot */
 	end_step(batch_context);
+
+	/*
+	 * The worker commits asynchronously: a new instance lost in a crash
+	 * would be replaced by a third, and what went out under this one be
+	 * sent again under that, where consumers cannot tell it is the same.
+	 * So it is on disk before any event carries it, in this read or later.
+	 */
+	if (rotated)
+		XLogFlush(XactLastCommitEnd);
 	return true;
 }
 

@@ -13,11 +13,19 @@
  *		of postgresql.conf and ALTER SYSTEM, which are the superuser's, else
  *		the built-in default), and then forces what its SQL relies on,
  *		whatever the server's configuration says.
+ *
+ *		A parameter whose built-in default is NULL gets its value from the
+ *		server once running, and that is the value put back: the session
+ *		user is the one the worker connected as (a worker connected without
+ *		a user name gets no session_authorization of its own, so the
+ *		database's applies: it would run the worker's SQL as that role).
  */
 #include "session.h"
 #include "compat.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/memutils.h"
@@ -94,6 +102,25 @@ boot_value(struct config_generic *gen)
 }
 
 /*
+ * The server's value of a parameter whose built-in default is NULL: the
+ * one PostgreSQL gives it once running. (The session user is put back by
+ * run_as_connected_user(): the name needs a transaction to be looked up.)
+ */
+static const char *
+running_default(struct config_generic *gen)
+{
+	/* pg_timezone_abbrev_initialize()'s */
+	if (pg_strcasecmp(gen->name, "timezone_abbreviations") == 0)
+		return "Default";
+	if (pg_strcasecmp(gen->name, "session_authorization") != 0)
+		ereport(WARNING,
+				(errmsg("outbox: parameter \"%s\" keeps the value set for the database or a role",
+						gen->name),
+				 errdetail("The server gives it no value to put back.")));
+	return NULL;
+}
+
+/*
  * The parameters pg_db_role_setting changed, with the server's values.
  * Collected before any is set: setting one may change the GUC table.
  */
@@ -118,6 +145,8 @@ collect_restores(Restore **restores)
 		value = file_value(files, gen->name);
 		if (value == NULL)
 			value = boot_value(gen);
+		if (value == NULL)
+			value = running_default(gen);
 		if (value == NULL)
 			continue;
 		(*restores)[n].name = pstrdup(gen->name);
@@ -150,6 +179,30 @@ restore_server_settings(void)
 		(void) set_config_option(restores[i].name, restores[i].value, restores[i].context,
 								 PGC_S_OVERRIDE, GUC_ACTION_SET, true, WARNING, false);
 	}
+}
+
+/*
+ * The worker's SQL runs as the user it connected as, whatever
+ * session_authorization the database's or the role's settings gave it.
+ * (Also after restore_server_settings(), which put role back to none: a
+ * new session user takes the role off anyway.)
+ */
+static void
+run_as_connected_user(void)
+{
+	Oid			connected = GetAuthenticatedUserId();
+	MemoryContext context = CurrentMemoryContext;
+
+	if (GetSessionUserId() == connected)
+		return;
+	StartTransactionCommand();
+	ereport(DEBUG1,
+			(errmsg_internal("outbox: session_authorization = '%s', the user connected as, not the database's or role's",
+							 GetUserNameFromId(connected, false))));
+	SetConfigOption("session_authorization", GetUserNameFromId(connected, false),
+					PGC_SUSET, PGC_S_OVERRIDE);
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(context);
 }
 
 /*
@@ -189,6 +242,7 @@ outbox_force_session_settings(void)
 	MemoryContext old = MemoryContextSwitchTo(context);
 
 	restore_server_settings();
+	run_as_connected_user();
 	force_settings();
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(context);

@@ -85,6 +85,11 @@
  *   any --stop request (SIGTERM)--> STOPPING --window empty, or
  *       outbox.shutdown_timeout--> exit
  *
+ * What is in flight is timed out at message.timeout.ms in every mode but
+ * STOPPING (time_out_due): a rewind or a rebuild waits for its reports no
+ * longer than the pipeline would, and no shorter (what is withdrawn before
+ * Kafka answered may be written, and is sent again).
+ *
  * Only PRODUCING reads and produces; the others produce nothing and settle
  * once, when every report is in. Over any mode, a back-off (after an error
  * in a pass, or Kafka taking nothing) suspends reads and settles until it
@@ -131,6 +136,7 @@ typedef struct WorkerState
 								 * every report is in and settled */
 	bool		gave_up;		/* stopping after an error: leave at once */
 	TimestampTz drain_deadline; /* stopping or rebuilding: last wait for reports */
+	TimestampTz withdrawn_at;	/* what was in flight then was timed out */
 	TimestampTz stop_deadline;	/* stopping: exit by then whatever is held */
 	bool		read_wanted;	/* a commit woke us, or a read stopped at a limit */
 	bool		solo_pending;	/* an event goes alone: read nothing more
@@ -362,17 +368,26 @@ start_rewind(WorkerState *st)
 							 worker_name, outbox_window_in_flight(st->window))));
 }
 
-/* When the oldest event in flight reaches message.timeout.ms, 0 if never. */
+/*
+ * When the worker times out what is in flight: once the oldest event in
+ * flight reached message.timeout.ms, unless that was withdrawn already (its
+ * report is on its way) or the worker is stopping (a stop has its own,
+ * shorter deadline: give_up_late_reports). 0 if not due at all. The one
+ * answer, to act on and to sleep until.
+ */
 static TimestampTz
-in_flight_deadline(WorkerState *st)
+time_out_due(WorkerState *st)
 {
 	int			timeout_ms;
 	TimestampTz oldest;
 
-	if (st->producer == NULL || (timeout_ms = outbox_producer_timeout_ms(st->producer)) == 0)
+	if (worker_mode(st) == MODE_STOPPING || st->producer == NULL ||
+		(timeout_ms = outbox_producer_timeout_ms(st->producer)) == 0)
 		return 0;
 	oldest = outbox_window_oldest_in_flight(st->window);
-	return oldest == 0 ? 0 : TimestampTzPlusMilliseconds(oldest, timeout_ms);
+	if (oldest == 0 || oldest <= st->withdrawn_at)
+		return 0;
+	return TimestampTzPlusMilliseconds(oldest, timeout_ms);
 }
 
 /*
@@ -384,14 +399,14 @@ in_flight_deadline(WorkerState *st)
 static void
 time_out_in_flight(WorkerState *st)
 {
-	TimestampTz deadline;
+	TimestampTz due = time_out_due(st);
 	TimestampTz now;
 
-	if (worker_mode(st) != MODE_PRODUCING || (deadline = in_flight_deadline(st)) == 0 ||
-		(now = GetCurrentTimestamp()) < deadline)
+	if (due == 0 || (now = GetCurrentTimestamp()) < due)
 		return;
 	outbox_producer_time_out(st->producer,
 							 TimestampTzPlusMilliseconds(now, -outbox_producer_timeout_ms(st->producer)));
+	st->withdrawn_at = now;
 	st->rewinding = true;
 	ereport(DEBUG1,
 			(errmsg_internal("%s: events in flight timed out, rewinding once %d event(s) withdrawn are reported",
@@ -431,12 +446,32 @@ serve_reports(WorkerState *st)
 }
 
 /*
- * A stop request (SIGTERM) or a producer rebuild waits at most
- * outbox.shutdown_timeout for the reports in flight, then purges the rest:
- * it stays in the outbox for the next attempt. Reports that do not come
- * back even then leave their events' fate unknown, and the producer goes
- * (destroying it is the only way to be sure no late report lands in
- * memory about to be reused).
+ * How long a drain waits for the reports in flight before it purges them.
+ * A stop: outbox.shutdown_timeout. A rebuild is not hurried: it waits as
+ * the pipeline would, up to message.timeout.ms (time_out_due withdraws
+ * what is in flight first), since what it purges may have been written and
+ * is sent again; but with Kafka down, or message.timeout.ms 0 (never),
+ * outbox.shutdown_timeout, so that new settings Kafka waits for (a
+ * password, a broker list) apply.
+ */
+static int
+drain_wait_ms(WorkerState *st)
+{
+	int			timeout_ms = outbox_producer_timeout_ms(st->producer);
+
+	if (worker_mode(st) == MODE_REBUILDING && timeout_ms > 0 &&
+		!outbox_producer_kafka_down(st->producer))
+		return timeout_ms;
+	return outbox_shutdown_timeout_ms;
+}
+
+/*
+ * A stop request (SIGTERM) or a producer rebuild waits for the reports in
+ * flight (drain_wait_ms; a stop during a rebuild by the stop's deadline),
+ * then purges the rest: it stays in the outbox for the next attempt.
+ * Reports that do not come back even then leave their events' fate
+ * unknown, and the producer goes (destroying it is the only way to be sure
+ * no late report lands in memory about to be reused).
  */
 static void
 give_up_late_reports(WorkerState *st)
@@ -447,7 +482,9 @@ give_up_late_reports(WorkerState *st)
 		return;
 	if (st->drain_deadline == 0)
 		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 outbox_shutdown_timeout_ms);
+														 drain_wait_ms(st));
+	if (stopping() && st->stop_deadline != 0)
+		st->drain_deadline = Min(st->drain_deadline, st->stop_deadline);
 	if (GetCurrentTimestamp() < st->drain_deadline)
 		return;
 	outbox_producer_purge(st->producer, &reports);
@@ -1217,7 +1254,7 @@ idle_ms(WorkerState *st)
 		ms = Min(ms, ms_until(st->backoff_until));
 	if (st->drain_deadline != 0)
 		ms = Min(ms, ms_until(st->drain_deadline));
-	if (worker_mode(st) == MODE_PRODUCING && (deadline = in_flight_deadline(st)) != 0)
+	if ((deadline = time_out_due(st)) != 0)
 		ms = Min(ms, ms_until(deadline));
 	/* a commit or abort that timed out is called again soon */
 	if (outbox_txn_waiting(st->txn))

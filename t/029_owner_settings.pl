@@ -10,8 +10,9 @@
 # owner's settings, as in base (the deletes of what Kafka acknowledged
 # run no statement at all, src/position_delete.c: no plan, so no planner
 # setting, can reach them); the same
-# backlog drains in app about as fast as in base; and with role set on the
-# database, the worker of app still delivers.
+# backlog drains in app about as fast as in base; and with role, then
+# also session_authorization (a role without rights), set on the database,
+# the worker of app still delivers.
 use strict;
 use warnings;
 use FindBin;
@@ -136,6 +137,32 @@ my $got = grep { $_->{value} =~ /^role-/ } @{ consume($broker, 'own') };
 diag(sprintf('FIGURES owner settings role: delivered=%d of 20 in %.1f s', $got, $role_s));
 ok($ok, 'with role set on the database, the worker still delivers');
 is($got, 20, 'all 20 reached Kafka');
+
+# session_authorization set on the database (review 695dcef L1): a worker
+# connects without a user name, so PostgreSQL would apply it and the
+# worker's SQL would run as that role, here one without any rights.
+$node->safe_psql('postgres', 'CREATE ROLE nobody_role');
+as_owner(q{ALTER DATABASE app SET session_authorization = 'nobody_role'});
+my $old_pid = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox shard' AND datname = 'app'");
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
+ok(wait_until(30, sub {
+	my $pid = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox shard' AND datname = 'app'");
+	return $pid ne '' && $pid ne $old_pid;
+}), 'the worker of app connects again, with session_authorization set on the database');
+$offset = -s $node->logfile;
+$node->safe_psql('app', "SET ROLE NONE; SELECT count(outbox_send('own', 'auth-' || i, 'a')) FROM generate_series(1, 20) i");
+$t0 = time;
+$ok = wait_query($node, 'app', 'SET ROLE NONE; SELECT NOT EXISTS (SELECT FROM outbox)', 30);
+my $auth_s = time - $t0;
+$got = grep { $_->{value} =~ /^auth-/ } @{ consume($broker, 'own') };
+my $denied = () = log_since($node, $offset) =~ /permission denied/g;
+diag(sprintf('FIGURES owner settings session_authorization: delivered=%d of 20 in %.1f s, permission_denied_lines=%d',
+	$got, $auth_s, $denied));
+ok($ok, 'with session_authorization set on the database, the worker still delivers');
+is($got, 20, 'all 20 reached Kafka');
+is($denied, 0, 'no permission denied in the log');
 
 $node->stop;
 done_testing();
