@@ -139,7 +139,7 @@ for my $gap (qw(after_produce before_commit after_commit after_settle))
 	}
 }
 ok(wait_for_empty($node), 'the outbox drains after the crashes in each gap');
-my $gaps = check_delivery('exactly_once gaps', committed_events($node), consume($cluster, 'eos', undef, 'read_committed'));
+my $gaps = check_delivery('exactly_once gaps', committed_events($node), sub { consume($cluster, 'eos', undef, 'read_committed') });
 is($gaps->{duplicates}, 0, 'a read_committed consumer sees no duplicate after the crashes in each gap');
 
 # ---- random crashes under load ---------------------------------------------
@@ -217,7 +217,7 @@ my $alo_first = $next_session;
 my $alo_kills = random_crashes('alo', 25, 12);
 ok(wait_for_empty($node), 'at-least-once: the outbox drains');
 my $alo = check_delivery('at_least_once random kills', committed_of($node, $alo_first, $next_session),
-	consume($cluster, 'alo', undef, 'read_committed'));
+	sub { consume($cluster, 'alo', undef, 'read_committed') });
 cmp_ok($alo->{duplicates}, '>', 0, 'at-least-once: the same kills re-send events');
 
 diag(sprintf('FIGURES exactly_once_crashes: gap_after_produce=%d gap_before_commit=%d'

@@ -82,7 +82,7 @@ ok(wait_for_empty($node, 120), '(a) the outbox drains');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '1', '(a) the poison event is a dead letter');
 my $aborts = sql('SELECT transactions_aborted FROM outbox_status');
 cmp_ok($aborts, '>', 0, "(a) transactions were aborted ($aborts)");
-my $poison = check_delivery('exactly_once poison', committed_events($node), consume($cluster, 'poison', undef, 'read_committed'));
+my $poison = check_delivery('exactly_once poison', committed_events($node), sub { consume($cluster, 'poison', undef, 'read_committed') });
 is($poison->{duplicates}, 0, '(a) no duplicate of the events aborted with it');
 diag(sprintf('FIGURES exactly_once_poison: events=300 aborted_transactions=%d duplicates=%d lost=%d',
 		$aborts, $poison->{duplicates}, $poison->{lost}));
@@ -124,7 +124,7 @@ for my $fault ([ 'leader', sub { $cluster->leader_of('faults', 0) } ],
 	ok($cluster->wait_topic('faults', 3, 60), "(b) $label: the broker is back in sync");
 }
 my $faults = check_delivery('exactly_once broker kills', committed_of($node, 11, 23),
-	consume($cluster, 'faults', undef, 'read_committed'));
+	sub { consume($cluster, 'faults', undef, 'read_committed') });
 is($faults->{duplicates}, 0, '(b) no duplicate after the leader and coordinator kills');
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '1', '(b) no new dead letter');
 diag(sprintf('FIGURES exactly_once_broker_kills: leader_drained_s=%s coordinator_drained_s=%s duplicates=%d lost=%d order_violations=%d',
@@ -159,7 +159,7 @@ wait_load($d_load);
 ok(wait_for_empty($node, 180), '(d) the outbox drains after the outage');
 my $down_events = committed_of($node, 31, 33);
 my $outage = check_delivery('exactly_once whole cluster down', $down_events,
-	consume($cluster, 'eos_down', undef, 'read_committed'));
+	sub { consume($cluster, 'eos_down', undef, 'read_committed') });
 is($outage->{duplicates}, 0, '(d) no duplicate through the outage');
 cmp_ok($committed_down, '>', $committed_before, '(d) transactions committed before the outage');
 diag(sprintf('FIGURES exactly_once_cluster_down: events=%d down_s=%.1f pending_at_8s=%d'
@@ -202,7 +202,7 @@ $cluster->start_broker($e_coordinator);
 ok(wait_for_empty($node, 180), '(e) the outbox drains after the commit met a dead coordinator');
 my $e_drained = time - $e_killed;
 my $commit_fault = check_delivery('exactly_once coordinator gone at the commit', committed_of($node, 40, 42),
-	consume($cluster, 'eos_commit', undef, 'read_committed'));
+	sub { consume($cluster, 'eos_commit', undef, 'read_committed') });
 is($commit_fault->{duplicates}, 0, '(e) no duplicate after the commit met a dead coordinator');
 diag(sprintf('FIGURES exactly_once_commit_coordinator_killed: events_in_commit=%d drained_s=%.1f'
 		  . ' duplicates=%d lost=%d order_violations=%d',
@@ -296,7 +296,7 @@ wait_load($load);
 ok(wait_for_empty($standby, 120), '(c) the new primary delivers its own events');
 sleep 2;
 my $failover = check_delivery('exactly_once failover with a zombie', committed_events($standby),
-	consume($cluster, 'failover', undef, 'read_committed'));
+	sub { consume($cluster, 'failover', undef, 'read_committed') });
 is($failover->{duplicates}, 0, '(c) nothing is delivered twice through the failover and the zombie');
 is($primary->safe_psql('postgres', 'SELECT count(*) > 0 FROM outbox'), 't',
 	'(c) the old primary kept its unsettled events (delivered by the new one)');
@@ -363,7 +363,7 @@ my ($a_resettled) = log_since($a_standby, $offset)
 is($a_resettled // 0, $t2, '(f) the new primary settled the last transaction from the progress record');
 sleep 2;
 my $async = check_delivery('exactly_once failover to an asynchronous standby',
-	committed_events($a_standby), consume($cluster, 'failover_async', undef, 'read_committed'));
+	committed_events($a_standby), sub { consume($cluster, 'failover_async', undef, 'read_committed') });
 is($async->{duplicates}, $t1,
 	'(f) exactly the earlier transaction, whose settle the standby missed, is sent again');
 diag(sprintf('FIGURES exactly_once_async_failover: settled_unreplicated=%d last_transaction=%d'

@@ -114,7 +114,7 @@ ok(wait_for_empty($node, 120), '(a) the outbox drains after the start');
 my $a_settled = settled_count($a_offset);
 is($a_settled, $a_held, "(a) shard 1 settled its $a_held event(s) from the record under the replaced id");
 my $a = check_delivery('exactly_once moved (a)', committed_of($node, 1, 2),
-	consume($cluster, 'moved', undef, 'read_committed'));
+	sub { consume($cluster, 'moved', undef, 'read_committed') });
 is($a->{duplicates}, 0, '(a) no event read twice');
 
 # ---- (b) the place changes, immediate stop, start ---------------------------
@@ -135,7 +135,7 @@ isnt(sql('SELECT id FROM outbox_instance'), $second_id, '(b) the workers gave ou
 my $b_settled = settled_count($b_offset);
 is($b_settled, $b_held, "(b) shard 1 settled its $b_held event(s)");
 my $b = check_delivery('exactly_once moved (b)', committed_of($node, 1, 4),
-	consume($cluster, 'moved', undef, 'read_committed'));
+	sub { consume($cluster, 'moved', undef, 'read_committed') });
 is($b->{duplicates}, 0, '(b) no event read twice');
 
 diag(sprintf('FIGURES exactly_once_moved: a_held=%d a_settled=%d a_duplicates=%d'

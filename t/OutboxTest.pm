@@ -589,10 +589,35 @@ sub fault_under_load
 
 # Compares what was committed with what Kafka holds, prints the figures and
 # asserts: nothing lost, nothing rolled back sent, per-key commit order.
+# A read_committed consumer stops at the last stable offset: a committed
+# transaction's events stay out of its view until the coordinator has
+# written the transaction's markers, which Kafka does after it answered
+# the commit (later still when a broker has just come back). $read, a
+# reader, is asked again until every committed event is in view, for up
+# to 30 s; an event still missing then is lost.
+sub _read_committed_view
+{
+	my ($label, $want, $read) = @_;
+	my ($started, $first_missing) = (Time::HiRes::time(), undef);
+	while (1)
+	{
+		my $received = $read->();
+		my %seen = map { $_->{value} => 1 } @$received;
+		my $missing = grep { !$seen{$_} } keys %$want;
+		$first_missing //= $missing;
+		my $waited = Time::HiRes::time() - $started;
+		diag(sprintf('%s: %d committed event(s) came into the read_committed view after %.1f s',
+				$label, $first_missing, $waited)) if $first_missing && !$missing;
+		return $received if !$missing || $waited > 30;
+		Time::HiRes::sleep(1);
+	}
+}
+
 sub check_delivery
 {
 	my ($label, $committed, $received) = @_;
 	my %want = map { $_->{value} => $_ } @$committed;
+	$received = _read_committed_view($label, \%want, $received) if ref $received eq 'CODE';
 	my (%seen, %last_seq, %partition_of);
 	my ($duplicates, $phantom, $violations, $moved) = (0, 0, 0, 0);
 	for my $m (@$received)
@@ -612,7 +637,9 @@ sub check_delivery
 		$moved++ if defined $partition_of{$k} && $partition_of{$k} != $m->{partition};
 		$partition_of{$k} = $m->{partition};
 	}
-	my $lost = grep { !$seen{$_} } keys %want;
+	my @lost = sort grep { !$seen{$_} } keys %want;
+	my $lost = @lost;
+	diag("$label: lost " . join(', ', @lost[ 0 .. ($lost > 10 ? 9 : $lost - 1) ])) if $lost;
 	my $delivered = keys %seen;
 	diag(sprintf("FIGURES %s: committed=%d delivered=%d lost=%d phantom=%d duplicates=%d order_violations=%d",
 			$label, scalar @$committed, $delivered, $lost, $phantom, $duplicates, $violations));
