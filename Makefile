@@ -2,8 +2,9 @@ EXTENSION = outbox
 EXTVERSION = 0.6.0
 
 MODULE_big = outbox
-# every module of src/, and the envelope's generated code
-OBJS = $(patsubst %.c,%.o,$(filter-out src/outbox.pb-c.c,$(wildcard src/*.c))) src/outbox.pb-c.o
+# every module of src/ and its rooms (src/README.md), and the envelope's
+# generated code
+OBJS = $(patsubst %.c,%.o,$(filter-out %.pb-c.c,$(wildcard src/*.c src/*/*.c))) src/kafka/outbox.pb-c.o
 
 DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
        sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql sql/$(EXTENSION)--0.5.0.sql \
@@ -24,7 +25,7 @@ PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra $(if $(WERR
               -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lrdkafka -lprotobuf-c
 
-EXTRA_CLEAN = src/outbox.pb-c.c src/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
+EXTRA_CLEAN = src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -41,17 +42,17 @@ dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
 
 # The envelope's C code is generated from proto/outbox.proto, never committed.
-src/outbox.pb-c.c src/outbox.pb-c.h: proto/outbox.proto
-	protoc-c --proto_path=proto --c_out=src $<
+src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h: proto/outbox.proto
+	protoc-c --proto_path=proto --c_out=src/kafka $<
 
 # PGXS tracks no header dependencies
-$(OBJS): $(wildcard src/*.h)
-src/envelope.o: src/outbox.pb-c.h
+$(OBJS): $(wildcard src/*.h src/*/*.h)
+src/kafka/envelope.o: src/kafka/outbox.pb-c.h
 # OUTBOX_VERSION comes from EXTVERSION here
-src/queue.o: Makefile
+src/table/queue.o: Makefile
 
 # protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug
-src/envelope.o src/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces
+src/kafka/envelope.o src/kafka/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces
 
 # The Kafka-protocol broker the tests and the demo run against, built by
 # their scripts (`make tools/outbox-broker`), not by a user's `make`.

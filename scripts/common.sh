@@ -50,6 +50,7 @@ ensure_packages() {
 
 build_and_install() {
   log "building and installing the extension"
+  bash "$ROOT/scripts/check_rooms.sh"
   make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 all tools/outbox-broker >/dev/null
   make -C "$ROOT" -s PG_CONFIG=$PG_BIN/pg_config WERROR=1 install >/dev/null
 }

@@ -10,15 +10,16 @@
  *		a way no compiler sees (compat.h lists them).
  */
 #include "compat.h"
-#include "database_hooks.h"
-#include "inbox.h"
-#include "launcher.h"
-#include "pauses.h"
-#include "registry.h"
-#include "send.h"
+#include "send/database_hooks.h"
+#include "send/send.h"
+#include "send/tracing.h"
 #include "settings.h"
-#include "slots.h"
-#include "stats.h"
+#include "shared/inbox.h"
+#include "shared/pauses.h"
+#include "shared/registry.h"
+#include "shared/slots.h"
+#include "shared/stats.h"
+#include "worker/launcher.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -124,6 +125,8 @@ void
 _PG_init(void)
 {
 	check_server_abi();
+	/* the tracing settings first: outbox_define_settings() reserves the prefix */
+	outbox_define_tracing_settings();
 	outbox_define_settings();
 	outbox_install_send_callbacks();
 

@@ -4,7 +4,6 @@
  *		bad value when it is set or reloaded rather than later in a worker.
  */
 #include "settings.h"
-#include "tracing.h"
 
 #include <ctype.h>
 #include <fcntl.h>
@@ -552,7 +551,6 @@ void
 outbox_define_settings(void)
 {
 	define_startup_settings();
-	outbox_define_tracing_settings();
 	DefineCustomStringVariable("outbox.cloudevents_source",
 							   "CloudEvents source attribute (ce_source) of the events.",
 							   "Empty: /postgresql/<database>.",

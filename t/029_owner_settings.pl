@@ -8,7 +8,7 @@
 # restart, the worker of app reads with an index scan, JIT-compiles
 # nothing, and plans with the server's random_page_cost and none of the
 # owner's settings, as in base (the deletes of what Kafka acknowledged
-# run no statement at all, src/position_delete.c: no plan, so no planner
+# run no statement at all, src/table/position_delete.c: no plan, so no planner
 # setting, can reach them); the same
 # backlog drains in app about as fast as in base; and with role, then
 # also session_authorization (a role without rights), set on the database,

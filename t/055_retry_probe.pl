@@ -1,5 +1,5 @@
 # The read's look for retry times goes to the partial retry index directly
-# (src/retry_probe.c), not through a statement, and still finds them:
+# (src/table/retry_probe.c), not through a statement, and still finds them:
 #  (a) as installed: an event waiting for its retry while later ones are
 #      delivered (the cursor passes it) arrives once due, through the
 #      read's retry branch, which only that look opens; the look's

@@ -1,5 +1,5 @@
 # A shard's producer keeps a handle (with the partition warm-up and
-# pacing) for the first 10,000 topics it writes to (src/producer.c);
+# pacing) for the first 10,000 topics it writes to (src/kafka/producer.c);
 # further new topics are produced to by name, without either. The test
 # lowers the limit to 3 (outbox.test_topic_handles, test only). What holds
 # past the limit: the worker says so once in its log, naming the first
