@@ -12,9 +12,9 @@ DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXT
        sql/$(EXTENSION)--0.4.0--0.5.0.sql sql/$(EXTENSION)--0.5.0--0.6.0.sql
 DOCS = README.md
 
-# sql/ also holds the install script, so the tests are named here.
+# pg_regress's inputs are in test/ (sql/ holds what is installed)
 REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table
-REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=t/regress.conf
+REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress --temp-config=test/regress.conf
 # `make installcheck` is pg_regress only, as packagers' tools expect
 # (pg_buildext installcheck); the TAP tests need the project's broker and
 # kcat and run with `make prove_installcheck` (scripts/test.sh runs both).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and tests pg_outbox on a PostgreSQL major in a Debian chroot that
-# has it (15: bookworm, 17: trixie, 18: sid), each with that suite's own
+# Builds and tests pg_outbox on a PostgreSQL major in a chroot of the
+# Debian suite scripts/majors names for it, with that suite's own
 # librdkafka, then builds its Debian package, installs it into a clean
 # system of the same suite and runs the demo there. Chroots are made once
 # under $OUTBOX_CHROOT_CACHE and reused: a second run needs no network
@@ -13,12 +13,9 @@ set -euo pipefail
 
 MAJOR=${1:?usage: chroot.sh MAJOR [--package-only | t/NNN_name.pl ...]}
 shift
-case "$MAJOR" in
-  15) SUITE=bookworm ;;
-  17) SUITE=trixie ;;
-  18) SUITE=sid ;;
-  *) echo "chroot.sh: no Debian suite known for PostgreSQL $MAJOR" >&2; exit 2 ;;
-esac
+source "$(dirname "$0")/majors.sh"
+SUITE=$(major_field "$MAJOR" suite)
+[ -n "$SUITE" ] || { echo "chroot.sh: scripts/majors names no Debian suite for PostgreSQL $MAJOR" >&2; exit 2; }
 CORE_TESTS="t/001_delivery.pl t/003_abi_guard.pl t/011_crash.pl t/012_reload.pl t/013_standby.pl
 t/020_poison.pl t/030_security.pl t/033_durability.pl t/040_upgrade.pl
 t/050_databases.pl t/060_status.pl t/061_wait_events.pl"
@@ -32,8 +29,9 @@ DIR=$CACHE/chroot-$SUITE        # build and test
 CLEAN=$CACHE/clean-$SUITE       # a minimal system, copied for each install
 RUN=$CACHE/run-$SUITE           # that copy
 MIRROR=http://deb.debian.org/debian
-PACKAGES="postgresql-$MAJOR postgresql-server-dev-$MAJOR librdkafka-dev
-libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl make gcc
+# the build's packages (debian/control.in's), the tests' (scripts/common.sh
+# says why each) and the packaging's
+PACKAGES="$(build_packages "$MAJOR") protobuf-compiler kcat libipc-run-perl
 postgresql-server-dev-all debhelper dpkg-dev fakeroot"
 # what the package pulls in, and the demo's Kafka client and decoder
 RUNTIME="postgresql-$MAJOR librdkafka1 libprotobuf-c1 kcat protobuf-compiler"

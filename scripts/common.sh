@@ -3,11 +3,14 @@
 # an unprivileged user in a temporary directory that is always removed.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_BIN=/usr/lib/postgresql/${OUTBOX_PG_MAJOR:-15}/bin
+source "$ROOT/scripts/majors.sh"
+PG_MAJOR=${OUTBOX_PG_MAJOR:-$(machine_major)}
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 RUN_USER=postgres
-PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 librdkafka-dev
-libprotobuf-c-dev protobuf-c-compiler protobuf-compiler kcat libipc-run-perl
-postgresql-15-repack"
+# the build's packages, then the tests': protoc decodes the envelope, kcat
+# reads Kafka, IPC::Run runs the TAP tests, pg_repack is t/031's
+PACKAGES="$(build_packages "$PG_MAJOR") protobuf-compiler kcat libipc-run-perl
+postgresql-$PG_MAJOR-repack"
 
 # Downloads live outside the tree, so a second run is offline: the real
 # Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.

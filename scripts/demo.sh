@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The demo, end to end: a throwaway PostgreSQL 15 with the extension
-# preloaded, a Kafka cluster, a few transactions (committed, rolled back,
-# from a trigger), and what a Kafka consumer (kcat) reads back, envelopes
-# decoded with protoc and proto/outbox.proto.
+# The demo, end to end: a throwaway PostgreSQL (OUTBOX_PG_MAJOR, else the
+# machine's major of scripts/majors) with the extension preloaded, a Kafka
+# cluster, a few transactions (committed, rolled back, from a trigger), and
+# what a Kafka consumer (kcat) reads back, envelopes decoded with protoc and
+# proto/outbox.proto.
 # Works as root on a fresh Debian 12: installs what it needs first.
 #
 # Usage: bash scripts/demo.sh [--kafka mock|real]   (or OUTBOX_DEMO_KAFKA)

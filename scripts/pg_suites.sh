@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# PostgreSQL 15's own regression and isolation suites, each run twice on
-# throwaway clusters: (a) plain, (b) with pg_outbox preloaded, created in
+# The own regression and isolation suites of the machine's PostgreSQL major
+# (scripts/majors), each run twice on throwaway clusters: (a) plain, (b) with pg_outbox preloaded, created in
 # template1 (so every database a test creates has it) and in the suite's own
 # database. The two runs must give the same results, test by test and output
 # by output, but for the lines scripts/pg_suites.allowed lists. The runs are
@@ -29,26 +29,26 @@ add_deb_src() {
   find /etc/apt/sources.list.d -name 'pg_outbox-src.*' -empty -delete
 }
 
-# Sets SRC to the suites' source for the installed postgresql-15: the same
-# Debian version if the registry serves it, else its newest 15.x source.
+# Sets SRC to the suites' source for the installed postgresql-MAJOR: the same
+# Debian version if the registry serves it, else its newest MAJOR.x source.
 fetch_source() {
   local want v tmp start=$SECONDS
-  want=$(dpkg-query -W -f='${Version}' postgresql-15)
+  want=$(dpkg-query -W -f='${Version}' postgresql-$PG_MAJOR)
   SRC=$CACHE/for-$want
   [ -d "$SRC/regress/sql" ] && return 0
-  log "fetching the source of postgresql-15 $want into $CACHE"
+  log "fetching the source of postgresql-$PG_MAJOR $want into $CACHE"
   add_deb_src
   apt-get update -qq
   mkdir -p "$CACHE"; tmp=$(mktemp -d "$CACHE/dl.XXXXXX"); cleanup_push "rm -rf '$tmp'"
-  for v in "$want" $(apt-cache showsrc postgresql-15 | sed -n 's/^Version: //p' | sort -Vru | grep -vxF "$want"); do
-    (cd "$tmp" && apt-get source -qq -o APT::Sandbox::User=root "postgresql-15=$v" >/dev/null 2>&1) && break
-    echo "postgresql-15 $v: no source in the registry"
+  for v in "$want" $(apt-cache showsrc postgresql-$PG_MAJOR | sed -n 's/^Version: //p' | sort -Vru | grep -vxF "$want"); do
+    (cd "$tmp" && apt-get source -qq -o APT::Sandbox::User=root "postgresql-$PG_MAJOR=$v" >/dev/null 2>&1) && break
+    echo "postgresql-$PG_MAJOR $v: no source in the registry"
     rm -rf "${tmp:?}"/*
   done
-  [ -d "$tmp"/postgresql-15-*/src/test/regress ] || { echo "no postgresql-15 source found" >&2; exit 1; }
+  [ -d "$tmp"/postgresql-$PG_MAJOR-*/src/test/regress ] || { echo "no postgresql-$PG_MAJOR source found" >&2; exit 1; }
   [ "$v" = "$want" ] || echo "using the source of $v: its expected files may differ from what $want prints"
   mkdir -p "$CACHE/$v"
-  cp -a "$tmp"/postgresql-15-*/src/test/{regress,isolation} "$CACHE/$v/"
+  cp -a "$tmp"/postgresql-$PG_MAJOR-*/src/test/{regress,isolation} "$CACHE/$v/"
   rm -rf "$tmp"; ln -sfn "$v" "$SRC"
   echo "fetched and unpacked in $((SECONDS - start)) s"
 }

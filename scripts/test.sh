@@ -8,9 +8,10 @@
 #          t/1NN test runs on a real cluster; OUTBOX_TEST_KAFKA=real runs
 #          any other named one there too)
 #        bash scripts/test.sh --pg-suites-only
-#        bash scripts/test.sh --pg 15|17|18 [t/NNN_name.pl ...]   one major:
-# 15 is the machine's own, 17 and 18 run in Debian chroots (scripts/chroot.sh:
-# pg_regress and the core TAP tests). With no --pg: 15, then 17 and 18.
+#        bash scripts/test.sh --pg MAJOR [t/NNN_name.pl ...]   one major of
+# scripts/majors: the machine's own runs everything here, the others run in
+# Debian chroots (scripts/chroot.sh: pg_regress and the core TAP tests).
+# With no --pg: every major there, in its order.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -26,12 +27,16 @@ failure_digest() {
 }
 
 if [ "${1:-}" = --pg ]; then
-  major=${2:?--pg needs a major: 15, 17 or 18}
+  major=${2:?--pg needs a major: $(majors | xargs)}
   shift 2
-  [ "$major" = 15 ] || exec bash "$ROOT/scripts/chroot.sh" "$major" "$@"
+  case "$(major_field "$major" how)" in
+    machine) ;;
+    chroot) exec bash "$ROOT/scripts/chroot.sh" "$major" "$@" ;;
+    *) echo "test.sh: PostgreSQL $major is not in scripts/majors ($(majors | xargs))" >&2; exit 2 ;;
+  esac
 elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
   logs=$(mktemp -d); trap 'rm -rf "$logs"' EXIT; failed=(); times=()
-  for major in 15 17 18; do
+  for major in $(majors); do
     log "PostgreSQL $major"
     started=$SECONDS
     bash "$0" --pg "$major" 2>&1 | tee "$logs/$major.log" ||
@@ -43,7 +48,7 @@ elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
   log "TIMES ${times[*]}; total $SECONDS s"
   grep -h '^== \[+' "$logs"/*.log || true
   [ ${#failed[@]} -eq 0 ] || exit 1
-  echo "ALL TESTS PASSED on PostgreSQL 15, 17 and 18"
+  echo "ALL TESTS PASSED on PostgreSQL $(majors | xargs)"
   exit 0
 fi
 
@@ -107,6 +112,7 @@ OUTBOX_TEST_KAFKA_BOOTSTRAP=$(cat "$WORK/shared_kafka.bootstrap") \
   run_tap "the tests of the contract again, on one real Kafka cluster" real "$REAL_AGAIN" no-regress
 stop_kafka_in_background
 bash "$ROOT/scripts/pg_suites.sh" || { echo "TESTS FAILED"; exit 1; }
-# the Debian package for 15, built and installed into a clean bookworm
-bash "$ROOT/scripts/chroot.sh" 15 --package-only || { echo "TESTS FAILED"; exit 1; }
+# the Debian package for this major, built and installed into a clean
+# system of its suite
+bash "$ROOT/scripts/chroot.sh" "$PG_MAJOR" --package-only || { echo "TESTS FAILED"; exit 1; }
 echo "ALL TESTS PASSED"

@@ -34,8 +34,6 @@ my $node = new_outbox_node('poison', $broker, shards => 1,
 	  . "outbox.retry_backoff_min = 5s\n"
 	  . "outbox.retry_backoff_max = 8s\n");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sub send_event
 {
 	my ($topic, $payload, $key) = @_;

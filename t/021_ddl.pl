@@ -13,7 +13,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
-use OutboxTest;
+use OutboxTest qw(!sql);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -127,7 +127,7 @@ is(scalar(grep { $got->{"schema-ob-$_"} } 1 .. 3), 3, 'the schema-ob events are 
 # ---- (d) columns renamed under the workers -------------------------------
 # outbox_send() writes columns by position, the workers read them by name.
 # Rows are in the table when the owner swaps two text columns' names (topic
-# and last_error): outbox_send() refuses from then on (sql/altered_table),
+# and last_error): outbox_send() refuses from then on (test/sql/altered_table),
 # and the workers report the table's state, back off and stay up, rather
 # than read last_error as the topic. A row with a NULL topic is reported
 # the same way. Both put right, the events go out.

@@ -22,8 +22,6 @@ my $node = new_outbox_node('bad', $broker, shards => $shards, conf => "outbox.en
 my $conf_file = $node->data_dir . '/postgresql.conf';
 my $baseline = slurp_file($conf_file);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # Replaces the file atomically: the postmaster may still be reading it
 # for the previous reload.
 sub write_conf

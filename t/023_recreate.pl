@@ -19,8 +19,6 @@ my $node = new_outbox_node('recreate', $broker, conf => q{
 outbox.poll_interval = '1h'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sub values_in_kafka { return [ map { $_->{value} } @{ consume($broker, 're') } ]; }
 
 sub delivered_within

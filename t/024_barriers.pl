@@ -22,8 +22,6 @@ outbox.shutdown_timeout = '3s'
 });
 my $tsdir = PostgreSQL::Test::Utils::tempdir();
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # Runs $ddl in database postgres with a 10 s statement_timeout: its seconds.
 sub timed_ddl
 {

@@ -19,8 +19,6 @@ my $node = new_outbox_node('wakeup', $broker, conf => q{
 outbox.poll_interval = '1h'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # Median seconds from commit to deletion over $n events sent 0.3 s apart.
 sub settle_median
 {

@@ -22,8 +22,6 @@ outbox.retry_backoff_min = '30s'
 outbox.retry_backoff_max = '60s'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # from shared memory: the view would count the outbox, and its index fetches
 # would be measured with the worker's
 sub delivered { return sql('SELECT coalesce(sum(delivered), 0) FROM outbox_shard_stats()'); }

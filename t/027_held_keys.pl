@@ -22,8 +22,6 @@ outbox.retry_backoff_min = '60s'
 outbox.retry_backoff_max = '120s'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 my $offset = -s $node->logfile;
 for (my $from = 1; $from <= $n; $from += 500)
 {

@@ -26,8 +26,6 @@ my $node = new_outbox_node('lateports', $broker, kafka_config => $kafka, conf =>
 outbox.shutdown_timeout = '1s'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 ok(wait_until(30, sub { @{ worker_pids($node) } == 1 }), 'the worker runs');
 sql(q{SELECT outbox_send('late', 'warm', 'w')});
 ok(wait_for_empty($node, 20), 'the topic is known');

@@ -30,7 +30,6 @@ my $conf_file = $node->data_dir . '/postgresql.conf';
 my $baseline = slurp_file($conf_file);
 my $n_event = 0;
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub as_role { my ($role, $q) = @_; return $node->safe_psql('postgres', $q, connstr => $node->connstr('postgres') . " user=$role"); }
 sub send_event { return sql("SELECT outbox_send('sec', '$_[0]', 'k" . ($n_event++ % 7) . "')"); }
 sub kafka_values { return { map { $_->{value} => 1 } @{ consume($broker, 'sec') } }; }

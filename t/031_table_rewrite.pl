@@ -27,8 +27,6 @@ my $pg_repack = '/usr/lib/postgresql/15/bin/pg_repack';
 my $broker;
 my $node;
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # pg_repack of the outbox table (it needs a primary key: outbox_pkey). A
 # transaction open when it starts makes it wait, its trigger installed, for
 # about 2 s before the swap: the load's sends in that time reach the new

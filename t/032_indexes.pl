@@ -38,8 +38,6 @@ outbox.batch_size = 200
 restart_after_crash = on
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # psql with SQLSTATEs in the messages: (exit code, stdout, stderr).
 sub try_sql
 {

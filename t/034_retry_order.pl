@@ -26,8 +26,6 @@ my $broker = start_broker(topics => [ 'held:3', 'held2:3', 'order:3', 'h1load:3'
 my $node = new_outbox_node('retry', $broker, shards => 1);
 OutboxTest::create_sent_table($node);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # Reloads outbox.kafka_config and waits for the producer to be rebuilt.
 sub set_kafka_config
 {

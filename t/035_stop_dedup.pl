@@ -36,8 +36,6 @@ my $node = new_outbox_node('stopdedup', $broker, shards => $shards,
 
 # ---- helpers ---------------------------------------------------------------
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # The instance in table outbox_instance; '' without that table (old build).
 sub instance
 {

@@ -42,8 +42,6 @@ outbox.enabled = off
 
 # ---- helpers ---------------------------------------------------------------
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # $events events of 1 MB + a unique 9-byte prefix ("00000042:"), no key,
 # in transactions of 250, stored lz4-compressed.
 sub send_big

@@ -32,8 +32,6 @@ outbox.batch_size = 200
 outbox.enabled = off
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(qq{SELECT count(outbox_send('win', 'k' || (g % $keys) || ':' || g, 'k' || (g % $keys)))
        FROM generate_series(1, $events) g});
 # the partition with the most keys: more of its events than the window holds

@@ -20,8 +20,6 @@ outbox.max_attempts = 1
 outbox.enabled = off
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(q{SELECT outbox_send('sized', 'k' || (i % 5) || ':' || i, 'k' || (i % 5)) FROM generate_series(1, 60) i});
 $broker->command('produce-errors 1 MSG_SIZE_TOO_LARGE');
 my $t0 = time;

@@ -24,8 +24,6 @@ outbox.retry_backoff_max = '120s'
 outbox.enabled = off
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # One transaction, so one read sees them all, in this order:
 #   a1 too large: refused at once     a2 held by a1 within the read (C)
 #   b1 waits for a retry (crafted)    b2 held by b1 (SQL)

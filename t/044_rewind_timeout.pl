@@ -25,8 +25,6 @@ is($broker->command('leader hang 0 2'), 'OK', 'broker 2 leads hang');
 my $node = new_outbox_node('rewind_timeout', $broker,
 	kafka_config => 'message.timeout.ms=' . ($timeout_s * 1000) . ',socket.timeout.ms=3000,message.max.bytes=2000');
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(q{SELECT outbox_send('refuse', 'warm'), outbox_send('hang', 'warm')});
 ok(wait_for_empty($node, 30), 'the producer knows both topics and their leaders');
 

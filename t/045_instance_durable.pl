@@ -33,8 +33,6 @@ autovacuum = off
 bgwriter_lru_maxpages = 0
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql('CREATE EXTENSION pageinspect; CREATE EXTENSION pg_walinspect');
 sql(q{SELECT outbox_send('inst', 'warm', 'k')});
 ok(wait_for_empty($node, 30), 'the worker delivers');

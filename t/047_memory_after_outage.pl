@@ -22,8 +22,6 @@ my $slack_mb = 64;    # one window_bytes
 my $broker = start_broker(topics => ['after_outage:4']);
 my $node = new_outbox_node('after_outage', $broker, shards => 1);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sub rss_anon_mb
 {
 	my ($pid) = @_;

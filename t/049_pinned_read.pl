@@ -17,8 +17,6 @@ use Test::More;
 my $broker = start_broker(topics => ['pinned:1']);
 my $node = new_outbox_node('pinned_read', $broker, shards => 1);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(q{SELECT outbox_send('pinned', 'warm', 'w')});
 ok(wait_for_empty($node, 30), 'the topic is known');
 

@@ -12,7 +12,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
-use OutboxTest;
+use OutboxTest qw(!sql);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);

@@ -19,8 +19,6 @@ use Test::More;
 my $broker = start_broker(topics => ['retried:1']);
 my $node = new_outbox_node('retry_read_again', $broker, shards => 1);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(q{SELECT outbox_send('retried', 'warm', 'w')});
 ok(wait_for_empty($node, 30), 'the topic is known');
 

@@ -29,8 +29,6 @@ my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2' ]);
 my $node = new_outbox_node('partition_pacing', $broker, shards => 1,
 	kafka_config => 'message.timeout.ms=3000,socket.timeout.ms=3000');
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # every partition acknowledged once (partition_warmup.c), then slow
 sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn']) t,
 	generate_series(1, 40) i});

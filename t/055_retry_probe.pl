@@ -24,8 +24,6 @@ shared_preload_libraries = 'outbox,pg_stat_statements'
 pg_stat_statements.track = all
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql('CREATE EXTENSION pg_stat_statements');
 
 # Calls of the worker's statements whose text is like $pattern.

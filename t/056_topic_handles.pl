@@ -18,7 +18,6 @@ my $limit = 3;
 my $broker = start_broker(topics => [ (map { "h$_:2" } 1 .. $limit), 'past1:4', 'past2:4' ]);
 my $node = new_outbox_node('topic_handles', $broker, shards => 1,
 	conf => "outbox.test_topic_handles = $limit\n");
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # one event to each of $limit topics: the producer holds $limit handles
 my $offset = -s $node->logfile;

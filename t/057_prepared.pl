@@ -27,8 +27,6 @@ max_prepared_transactions = 10
 outbox.poll_interval = '1h'
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # The values that reached topic prep, in partition order.
 sub arrived { return [ map { $_->{value} } @{ consume($broker, 'prep') } ]; }
 

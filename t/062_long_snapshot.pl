@@ -23,8 +23,6 @@ my $events = 200_000;
 my $broker = start_broker(topics => [ 'snap:4', 'pin:4' ]);
 my $node = new_outbox_node('long_snapshot', $broker, shards => 1);
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # from shared memory: the view would count the outbox
 sub delivered { return sql('SELECT coalesce(sum(delivered), 0) FROM outbox_shard_stats()'); }
 

@@ -19,7 +19,6 @@ use Test::More;
 
 my $broker = start_broker(topics => [ 'conv:3', 'ce:3' ]);
 my $node = new_outbox_node('conv', $broker, message_format => 'payload');
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sub by_key { my ($records, $key) = @_; return [ grep { $_->{key} eq $key } @$records ]; }
 

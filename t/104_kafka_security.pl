@@ -111,8 +111,6 @@ my $node = new_outbox_node('kafka_security', Bootstrap->new($cluster->bootstrap_
 	  . "outbox.retry_backoff_min = 1s\n"
 	  . "outbox.retry_backoff_max = 60s\n");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # One event, recorded in the business table like start_load's (session
 # $session, seq 1), so that check_delivery counts it.
 sub send_one

@@ -37,8 +37,6 @@ outbox.window_size = $window
 outbox.enabled = off
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sql(qq{SELECT count(outbox_send('win', 'k' || (g % $keys) || ':' || g, 'k' || (g % $keys)))
        FROM generate_series(1, $events) g});
 my $victim = $cluster->leader_of('win', $by_events[0]);

@@ -62,8 +62,6 @@ my $node = new_outbox_node('kafka_acls', Bootstrap->new($cluster->bootstrap_ssl)
 	  . "outbox.retry_backoff_min = 1s\n"
 	  . "outbox.retry_backoff_max = 2s\n");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 my $t0 = time;
 OutboxTest::create_sent_table($node);
 sql(q{BEGIN; INSERT INTO sent VALUES (100, 1, 'warm', 's100:1');

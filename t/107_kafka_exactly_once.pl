@@ -31,8 +31,6 @@ outbox.batch_size = 100
 restart_after_crash = on
 });
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 # The JS client judges delivery below, so first its own read_committed:
 # two overlapping transactions on one partition, aborted in the opposite
 # order of their start (the broker lists them by abort, not by start), then

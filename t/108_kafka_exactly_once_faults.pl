@@ -26,7 +26,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
-use OutboxTest;
+use OutboxTest qw(!sql);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;

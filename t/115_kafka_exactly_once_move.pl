@@ -27,8 +27,6 @@ $cluster->create_topic('outbox_progress', partitions => 3, config => { 'cleanup.
 my $node = new_outbox_node('exactly_once_move', $cluster, shards => $shards,
 	conf => "outbox.delivery = exactly_once\nrestart_after_crash = on\n");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
 sub wait_for_workers
 {
 	return wait_until(90, sub { @{ worker_pids($node) } == $shards });

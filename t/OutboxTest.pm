@@ -26,7 +26,7 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
   consume_js wait_in_flight fault_under_load first_copies end_offsets_sum
-  commit_one_by_one check_sent_once cpu_s thread_cpu_s);
+  commit_one_by_one check_sent_once cpu_s thread_cpu_s sql);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -135,6 +135,9 @@ package OutboxTest;
 
 # ---- the server ----------------------------------------------------------
 
+# Every node new_outbox_node made: sql() runs on a test's only one.
+my @outbox_nodes;
+
 # A node with the library preloaded, pointed at the broker, extension
 # created in database postgres. Values are the raw payloads (text the
 # tests can compare) unless message_format => 'envelope'.
@@ -160,7 +163,18 @@ log_min_messages = info
 });
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION outbox') unless $opts{no_extension};
+	push @outbox_nodes, $node;
 	return $node;
+}
+
+# sql(QUERY): QUERY's output in database postgres of the test's one node.
+# A test of several nodes, or whose sql() takes a database, keeps its own
+# (`use OutboxTest qw(!sql);`).
+sub sql
+{
+	die "sql(): this test made " . scalar(@outbox_nodes) . " nodes, not one\n"
+	  unless @outbox_nodes == 1;
+	return $outbox_nodes[0]->safe_psql('postgres', $_[0]);
 }
 
 # ---- load ----------------------------------------------------------------

@@ -1,6 +1,6 @@
 --
 -- status: outbox_status, outbox_kafka_brokers and outbox_explain() in a
--- database no worker serves (t/regress.conf limits delivery to database
+-- database no worker serves (test/regress.conf limits delivery to database
 -- postgres): the views' shapes, the backlog they count, and each status
 -- outbox_explain() derives from the rows. The tests in t/ cover what
 -- running workers report.
