@@ -177,7 +177,8 @@ count_changed(TopicPartitions *partitions, int n)
  * flight (unless outbox.partition_pacing is off).
  */
 static Placement
-pace(TopicPartitions *partitions, int32 partition, void *message, PartitionClaim *claim)
+pace_message(TopicPartitions *partitions, int32 partition, void *message,
+			 PartitionClaim *claim)
 {
 	Pace	   *pace = &partitions->paces[partition];
 
@@ -241,7 +242,7 @@ outbox_partitions_place(TopicPartitions *partitions, const rd_kafka_topic_t *rkt
 		return PLACED;
 	if (count_changed(partitions, n))
 		return PLACE_RELEASE_FIRST;
-	return pace(partitions, partition, message, claim);
+	return pace_message(partitions, partition, message, claim);
 }
 
 void
