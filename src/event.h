@@ -50,17 +50,7 @@ typedef struct OutboxEvent
 	bool		batch_too_large;	/* Kafka refused its batch for size, and
 									 * it was not alone: see solo.c */
 	bool		settled;		/* its row was deleted or updated (window.c) */
-	int32		opens;			/* the partition it opens for a new producer,
-								 * plus one; OPENS_TOPIC: its topic's count
-								 * of partitions was unknown; 0: none
-								 * (partition_warmup.c) */
-	struct PartitionPacing *paced;	/* counted in flight there until its
-									 * report, with paced_partition; NULL:
-									 * not (partition_pacing.c) */
-	int32		paced_partition;
 } OutboxEvent;
-
-#define OPENS_TOPIC (-1)
 
 /* A failure to record on the row. */
 static inline bool

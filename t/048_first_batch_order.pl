@@ -5,7 +5,7 @@
 # producer, seeing the later success, reports the failed event delivered,
 # with no offset (an "implicit acknowledgement").
 # Until a partition acknowledged one of its keyed events, a producer keeps
-# one keyed event in flight there (src/kafka/partition_warmup.c): the failed
+# one keyed event in flight there (src/kafka/partitions.c): the failed
 # request is retried alone, and the key's events arrive, all of them, in
 # commit order. Keyless events go freely; the one whose request failed is
 # reported delivered without an offset, which the worker does not take as

@@ -5,7 +5,7 @@
 # acknowledgements 100 ms away, the worker's librdkafka threads took 1.5
 # cores at 1000 events/s (bench part cpu). The worker keeps such a
 # partition's keyed events itself until its reports come
-# (partition_pacing.c). (a) Under load with slow acknowledgements: every
+# (src/kafka/partitions.c). (a) Under load with slow acknowledgements: every
 # event arrives once, in per-key order, and librdkafka's threads take far
 # less CPU than with outbox.partition_pacing = off in the same run. (b)
 # Events waiting there when the worker withdraws what Kafka has not
@@ -22,14 +22,14 @@ use Time::HiRes ();
 
 # librdkafka's threads take at most this share of the CPU they take with
 # outbox.partition_pacing = off, in the same run (when written: 0.07, 0.10
-# of a core against 1.39; without partition_pacing.c 0.87, both polling)
+# of a core against 1.39; without the pacing of src/kafka/partitions.c 0.87, both polling)
 use constant MAX_SHARE_OF_UNPACED => 0.5;
 
 my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2' ]);
 my $node = new_outbox_node('partition_pacing', $broker, shards => 1,
 	kafka_config => 'message.timeout.ms=3000,socket.timeout.ms=3000');
 
-# every partition acknowledged once (partition_warmup.c), then slow
+# every partition acknowledged once (src/kafka/partitions.c), then slow
 sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn']) t,
 	generate_series(1, 40) i});
 ok(wait_for_empty($node, 30), 'the partitions are warm');

@@ -70,7 +70,7 @@ is_deeply([ sort @big_key ], [ sort 'before', map { "after-$_" } 1 .. 5 ],
 # one would be in flight: 'after-1' once arrived before 'before', the event
 # that shared the refused batch (Kafka takes any sequence number from a
 # producer it holds no state for). The first keyed event to a partition now
-# goes alone (src/kafka/partition_warmup.c, t/048_first_batch_order.pl).
+# goes alone (src/kafka/partitions.c, t/048_first_batch_order.pl).
 is_deeply(\@big_key, [ 'before', map { "after-$_" } 1 .. 5 ], 'and in commit order');
 my %other = map { $_->{value} => 1 } grep { $_->{key} =~ /^o/ } @$small;
 is(scalar keys %other, 200, 'other keys: every event arrives');

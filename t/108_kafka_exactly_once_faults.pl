@@ -176,7 +176,7 @@ diag(sprintf('FIGURES exactly_once_cluster_down: events=%d down_s=%.1f pending_a
 $cluster->create_topic('eos_commit', partitions => 3);
 ok($cluster->wait_topic('__transaction_state', 2, 60), '(e) the coordinators are elected');
 # The topic's partitions first acknowledge an event each (a producer's
-# first keyed event to a partition goes alone, src/kafka/partition_warmup.c),
+# first keyed event to a partition goes alone, src/kafka/partitions.c),
 # then a backlog, so that the transaction in the commit carries a read.
 wait_load(start_load($node, sessions => 1, per_session => 30, keys => 5, topic => 'eos_commit',
 	first_session => 40));

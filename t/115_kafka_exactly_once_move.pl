@@ -118,7 +118,7 @@ is($a->{duplicates}, 0, '(a) no event read twice');
 # ---- (b) the place changes, immediate stop, start ---------------------------
 
 # the restarted producer's partitions acknowledge a first transaction
-# (src/kafka/partition_warmup.c), so the one held carries every event
+# (src/kafka/partitions.c), so the one held carries every event
 send_shard1(3, 30);
 ok(wait_for_empty($node, 120), '(b) a transaction after the start is delivered');
 my $b_held = hold_after_commit(4, 60);

@@ -16,8 +16,7 @@
 #include "backoff.h"
 #include "compat.h"
 #include "kafka/kafka_stats.h"
-#include "kafka/partition_pacing.h"
-#include "kafka/partition_warmup.h"
+#include "kafka/partitions.h"
 #include "settings.h"
 #include "shared/stats.h"
 #include "stop.h"
@@ -44,19 +43,24 @@ typedef struct TopicHandle
 {
 	char		name[TOPIC_NAME_KEY];	/* hash key */
 	rd_kafka_topic_t *rkt;
-	PartitionPacing *pacing;	/* NULL: not paced (exactly-once) */
+	TopicPartitions *partitions;	/* its warm-up and pacing */
 } TopicHandle;
 
 /*
- * An event's message waiting in partition_pacing.c: what librdkafka will
- * be given. The event's memory holds the topic, key and value meanwhile.
+ * An event's message from its placing to its report (librdkafka's opaque):
+ * what its partitions hold of it stays here, out of the event. While it
+ * waits in partitions.c, what librdkafka will be given (the event's memory
+ * holds the topic, key and value meanwhile). Reused once reported.
  */
-typedef struct WaitingMessage
+typedef struct Message
 {
 	OutboxEvent *event;
-	OutboxRecord record;		/* its headers are in headers */
+	TopicPartitions *partitions;	/* NULL: produced by name */
+	PartitionClaim claim;
+	OutboxRecord record;		/* while waiting; its headers in headers */
 	rd_kafka_headers_t *headers;
-} WaitingMessage;
+	struct Message *next_free;
+} Message;
 
 /*
  * A librdkafka configuration being built, and every "name=value" set on
@@ -86,10 +90,11 @@ struct OutboxProducer
 	char	   *client_id;
 	char	   *settings;		/* every "name=value\n" librdkafka was given */
 	HTAB	   *topics;			/* TopicHandle by name */
-	MemoryContext warmup_context;	/* the topics' PartitionWarmup: outlives rk */
-	MemoryContext pacing_context;	/* the topics' PartitionPacing, and what
-									 * waits in them */
-	int			waiting;		/* messages waiting there */
+	MemoryContext partitions_context;	/* the topics' TopicPartitions, and
+										 * what waits in them: outlives rk */
+	MemoryContext message_context;	/* the Messages */
+	Message    *free_messages;	/* reported, to reuse */
+	int			waiting;		/* messages waiting in partitions.c */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
@@ -245,7 +250,7 @@ record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 
 /*
  * What a report says of an event (from librdkafka, or for a message it
- * never took: partition_pacing.c's), counted for the worker to claim.
+ * never took: partitions.c's), counted for the worker to claim.
  */
 static void
 take_report(OutboxProducer *producer, OutboxEvent *event, rd_kafka_resp_err_t err)
@@ -271,16 +276,53 @@ take_report(OutboxProducer *producer, OutboxEvent *event, rd_kafka_resp_err_t er
 		producer->unclaimed.failed++;
 }
 
+/* A Message for event, reused if one was reported. */
+static Message *
+new_message(OutboxProducer *producer, OutboxEvent *event, TopicHandle *handle)
+{
+	Message    *message = producer->free_messages;
+
+	if (message != NULL)
+		producer->free_messages = message->next_free;
+	else
+		message = MemoryContextAlloc(producer->message_context, sizeof(Message));
+	message->event = event;
+	message->partitions = handle == NULL ? NULL : handle->partitions;
+	return message;
+}
+
+static void
+free_message(OutboxProducer *producer, Message *message)
+{
+	message->next_free = producer->free_messages;
+	producer->free_messages = message;
+}
+
+/*
+ * A message's report: its partitions told (the partition it is on, -1 if
+ * librdkafka never took it), then its event's outcome.
+ */
+static void
+report_message(OutboxProducer *producer, Message *message, int32 partition,
+			   rd_kafka_resp_err_t err)
+{
+	if (message->partitions != NULL)
+		outbox_partitions_reported(message->partitions, &message->claim, partition,
+								   err == RD_KAFKA_RESP_ERR_NO_ERROR);
+	take_report(producer, message->event, err);
+	free_message(producer, message);
+}
+
 /* Served on this thread from poll/flush: records, never reports. */
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
-	OutboxEvent *event = (OutboxEvent *) message->_private;
+	Message    *produced = (Message *) message->_private;
 	rd_kafka_resp_err_t err = proven_error(message);
 
 	/* the progress record of a transaction (transaction.c) has no event */
-	if (event == NULL)
+	if (produced == NULL)
 	{
 		producer->progress.reported = true;
 		producer->progress.failed = (err != RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -289,13 +331,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 		producer->progress.offset = message->offset;
 		return;
 	}
-	if (message->rkt != NULL && rd_kafka_topic_opaque(message->rkt) != NULL)
-		outbox_warmup_reported((PartitionWarmup *) rd_kafka_topic_opaque(message->rkt), event,
-							   message->partition, err == RD_KAFKA_RESP_ERR_NO_ERROR);
-	if (event->paced != NULL)
-		outbox_pacing_reported(event->paced, event->paced_partition);
-	event->paced = NULL;
-	take_report(producer, event, err);
+	report_message(producer, produced, message->partition, err);
 }
 
 static void
@@ -573,8 +609,8 @@ free_producer(OutboxProducer *producer)
 	outbox_kafka_stats_destroy(producer->kafka);
 	if (producer->topics != NULL)
 		hash_destroy(producer->topics);
-	MemoryContextDelete(producer->warmup_context);
-	MemoryContextDelete(producer->pacing_context);
+	MemoryContextDelete(producer->partitions_context);
+	MemoryContextDelete(producer->message_context);
 	if (producer->settings != NULL)
 		pfree(producer->settings);
 	pfree(producer->client_id);
@@ -593,10 +629,10 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 	producer->client_id = MemoryContextStrdup(TopMemoryContext, client_id);
 	producer->kafka = outbox_kafka_stats_create(name);
 	producer->topics = create_topic_handles();
-	producer->warmup_context = AllocSetContextCreate(TopMemoryContext, "outbox partition warm-up",
-													 ALLOCSET_SMALL_SIZES);
-	producer->pacing_context = AllocSetContextCreate(TopMemoryContext, "outbox partition pacing",
-													 ALLOCSET_DEFAULT_SIZES);
+	producer->partitions_context = AllocSetContextCreate(TopMemoryContext, "outbox partitions",
+														 ALLOCSET_DEFAULT_SIZES);
+	producer->message_context = AllocSetContextCreate(TopMemoryContext, "outbox messages",
+													  ALLOCSET_DEFAULT_SIZES);
 	if (!build_conf(&build, client_id, error))
 	{
 		free_producer(producer);
@@ -780,7 +816,9 @@ topic_handle(OutboxProducer *producer, const char *topic)
 	}
 	/* entered first: the entry cannot fail once librdkafka made the handle */
 	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
-	(void) outbox_warmup_create(producer->warmup_context, producer->rk, &topic_conf);
+	/* a transaction's commit must find all its events in librdkafka */
+	handle->partitions = outbox_partitions_create(producer->partitions_context, producer->rk,
+												  !producer->transactional, &topic_conf);
 	rkt = rd_kafka_topic_new(producer->rk, topic, topic_conf);
 	if (rkt == NULL)
 	{
@@ -789,8 +827,6 @@ topic_handle(OutboxProducer *producer, const char *topic)
 		return NULL;
 	}
 	handle->rkt = rkt;
-	/* a transaction's commit must find all its events in librdkafka */
-	handle->pacing = producer->transactional ? NULL : outbox_pacing_create(producer->pacing_context);
 	return handle;
 }
 
@@ -810,7 +846,7 @@ build_headers(const OutboxRecord *record)
 /* The message of an event, for rd_kafka_produceva; by handle or by name. */
 static void
 describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *record,
-				 rd_kafka_headers_t *headers, OutboxEvent *event)
+				 rd_kafka_headers_t *headers, Message *message)
 {
 	if (rkt != NULL)
 	{
@@ -835,19 +871,19 @@ describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *r
 	vu[5].vtype = RD_KAFKA_VTYPE_HEADERS;
 	vu[5].u.headers = headers;
 	vu[6].vtype = RD_KAFKA_VTYPE_OPAQUE;
-	vu[6].u.ptr = event;
+	vu[6].u.ptr = message;
 }
 
 /* One attempt; librdkafka owns headers if it took the message. */
 static rd_kafka_resp_err_t
 hand_over(OutboxProducer *producer, rd_kafka_topic_t *rkt, const OutboxRecord *record,
-		  rd_kafka_headers_t *headers, OutboxEvent *event)
+		  rd_kafka_headers_t *headers, Message *message)
 {
 	rd_kafka_vu_t vu[MESSAGE_FIELDS];
 	rd_kafka_error_t *failure;
 	rd_kafka_resp_err_t err;
 
-	describe_message(vu, rkt, record, headers, event);
+	describe_message(vu, rkt, record, headers, message);
 	failure = rd_kafka_produceva(producer->rk, vu, lengthof(vu));
 	if (failure == NULL)
 		return RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -865,15 +901,6 @@ count_in_flight(OutboxProducer *producer, OutboxEvent *event)
 	producer->in_flight++;
 }
 
-/* Handed to librdkafka: counted on its partition until its report. */
-static void
-mark_paced(OutboxProducer *producer, TopicHandle *handle, int32 partition, OutboxEvent *event)
-{
-	event->paced = handle->pacing;
-	event->paced_partition = partition;
-	outbox_pacing_sent(handle->pacing, partition);
-}
-
 /*
  * Hands a partition's waiting messages to librdkafka in order, or (withdraw)
  * reports them as purged from its queue. One librdkafka refuses fails as at
@@ -883,27 +910,24 @@ mark_paced(OutboxProducer *producer, TopicHandle *handle, int32 partition, Outbo
 static void
 release_partition(OutboxProducer *producer, TopicHandle *handle, int32 partition, bool withdraw)
 {
-	List	   *messages = outbox_pacing_take(handle->pacing, partition);
+	List	   *messages = outbox_partitions_take(handle->partitions, partition);
 	ListCell   *lc;
 
 	foreach(lc, messages)
 	{
-		WaitingMessage *message = lfirst(lc);
+		Message    *message = lfirst(lc);
 		rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__PURGE_QUEUE;
 
 		if (!withdraw)
 			err = hand_over(producer, handle->rkt, &message->record, message->headers,
-							message->event);
+							message);
 		producer->waiting--;
-		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-			mark_paced(producer, handle, partition, message->event);
-		else
+		if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 		{
 			rd_kafka_headers_destroy(message->headers);
-			take_report(producer, message->event, err);
+			report_message(producer, message, -1, err);
 			withdraw = true;
 		}
-		pfree(message);
 	}
 	list_free(messages);
 }
@@ -914,7 +938,7 @@ release_topic(OutboxProducer *producer, TopicHandle *handle, bool all, bool with
 {
 	int32		partition = -1;
 
-	while ((partition = outbox_pacing_next(handle->pacing, partition, all)) >= 0)
+	while ((partition = outbox_partitions_next(handle->partitions, partition, all)) >= 0)
 		release_partition(producer, handle, partition, withdraw);
 }
 
@@ -928,55 +952,74 @@ release_waiting(OutboxProducer *producer, bool withdraw)
 		return;
 	hash_seq_init(&seq, producer->topics);
 	while ((handle = hash_seq_search(&seq)) != NULL)
-		if (handle->pacing != NULL)
-			release_topic(producer, handle, withdraw, withdraw);
+		release_topic(producer, handle, withdraw, withdraw);
 }
 
 /*
- * The partition an event is paced on, or -1: a keyed event of a topic with
- * a handle, at least once, once librdkafka's count of partitions is known,
- * unless it opens its partition (nothing of this producer is there).
+ * Where the event goes among its topic's partitions (partitions.c; topics
+ * produced to by name have no warm-up or pacing).
  */
-static int32
-paced_partition(OutboxProducer *producer, TopicHandle *handle, OutboxEvent *event)
+static Placement
+place(OutboxProducer *producer, TopicHandle *handle, Message *message)
 {
-	int			partitions;
-	int32		partition;
+	Placement	placement;
 
-	if (handle == NULL || handle->pacing == NULL || event->opens != 0)
-		return -1;
-	partition = outbox_warmup_partition_of(rd_kafka_topic_opaque(handle->rkt), handle->rkt,
-										   event, &partitions);
-	if (partition >= 0 && outbox_pacing_count_changed(handle->pacing, partitions))
+	if (handle == NULL)
+		return PLACED;
+	while ((placement = outbox_partitions_place(handle->partitions, handle->rkt, message->event,
+												message, &message->claim)) == PLACE_RELEASE_FIRST)
 		release_topic(producer, handle, true, false);
-	return partition;
+	return placement;
 }
 
-/* The event waits in partition_pacing.c, its message ready. */
+/* A message librdkafka refused: its partitions hear of it as never taken. */
 static void
-wait_in_pacing(OutboxProducer *producer, TopicHandle *handle, int32 partition,
-			   OutboxEvent *event, const OutboxRecord *record)
+unplace(OutboxProducer *producer, Message *message)
 {
-	WaitingMessage *message = MemoryContextAlloc(producer->pacing_context, sizeof(WaitingMessage));
+	if (message->partitions != NULL)
+		outbox_partitions_reported(message->partitions, &message->claim, -1, false);
+	free_message(producer, message);
+}
 
-	message->event = event;
+/*
+ * Interrupts while a placed message waits for room in librdkafka's queue:
+ * one that errors out (a cancel) leaves it unproduced, unplaced first.
+ */
+static void
+check_interrupts_placed(OutboxProducer *producer, Message *message)
+{
+	PG_TRY();
+	{
+		CHECK_FOR_INTERRUPTS();
+	}
+	PG_CATCH();
+	{
+		unplace(producer, message);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/* The event waits in partitions.c, its message made ready. */
+static void
+wait_for_partition(OutboxProducer *producer, Message *message, const OutboxRecord *record)
+{
 	message->record = *record;
 	message->record.headers = NULL;
 	message->record.nheaders = 0;
 	message->headers = build_headers(record);
-	outbox_pacing_wait(handle->pacing, partition, message);
 	producer->waiting++;
-	count_in_flight(producer, event);
+	count_in_flight(producer, message->event);
 }
 
 /*
  * Hands one event to librdkafka, unless its partition waits for this
- * producer's first acknowledgement there (partition_warmup.c; topics
- * produced to by name have no such wait). PRODUCE_REFUSED: refused at once
- * (the outcome is recorded on the event). Either way short of PRODUCED the
+ * producer's first acknowledgement there (partitions.c; topics produced
+ * to by name have no such wait). PRODUCE_REFUSED: refused at once (the
+ * outcome is recorded on the event). Either way short of PRODUCED the
  * caller must hold back the rest of its key. PRODUCED includes an event
- * waiting for its partition (partition_pacing.c): it has its report like
- * the others. The value is not copied: it must stay valid until the
+ * waiting for its partition (partitions.c's pacing): it has its report
+ * like the others. The value is not copied: it must stay valid until the
  * event's delivery report was served or the producer destroyed.
  */
 ProduceResult
@@ -985,49 +1028,47 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 {
 	TopicHandle *handle = topic_handle(producer, record->topic);
 	rd_kafka_topic_t *rkt = handle == NULL ? NULL : handle->rkt;
-	PartitionWarmup *warmup = rkt == NULL ? NULL : rd_kafka_topic_opaque(rkt);
-	int32		partition;
+	Message    *message = new_message(producer, event, handle);
 	rd_kafka_resp_err_t err;
 
-	event->opens = 0;
-	event->paced = NULL;
-	if (warmup != NULL && !outbox_warmup_admits(warmup, rkt, event))
-		return PRODUCE_HELD;
-	partition = paced_partition(producer, handle, event);
-	if (partition >= 0 && outbox_pacing_must_wait(handle->pacing, partition, outbox_partition_pacing))
+	switch (place(producer, handle, message))
 	{
-		wait_in_pacing(producer, handle, partition, event, record);
-		return PRODUCED;
+		case PLACE_HELD:
+			free_message(producer, message);
+			return PRODUCE_HELD;
+		case PLACE_WAITS:
+			wait_for_partition(producer, message, record);
+			return PRODUCED;
+		default:
+			break;
 	}
 	for (;;)
 	{
 		rd_kafka_headers_t *headers = build_headers(record);
 
-		err = hand_over(producer, rkt, record, headers, event);
+		err = hand_over(producer, rkt, record, headers, message);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			break;
 		rd_kafka_headers_destroy(headers);
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		{
 			record_outcome(event, err);
+			unplace(producer, message);
 			return PRODUCE_REFUSED;
 		}
 		/* a stopping worker produces nothing more; the event stays */
-		CHECK_FOR_INTERRUPTS();
+		check_interrupts_placed(producer, message);
 		if (outbox_stop_requested())
 		{
 			event->outcome = EVENT_FAILED_RETRIABLE;
 			event->error = "the worker is stopping";
+			unplace(producer, message);
 			return PRODUCE_REFUSED;
 		}
 		/* librdkafka's queue is full: let deliveries drain it */
 		rd_kafka_poll(producer->rk, 10);
 	}
 	count_in_flight(producer, event);
-	if (partition >= 0)
-		mark_paced(producer, handle, partition, event);
-	if (event->opens != 0)
-		outbox_warmup_produced(warmup, event);
 	return PRODUCED;
 }
 

@@ -264,35 +264,14 @@ recount(OutboxWindow *window)
 	window->reported = reported;
 }
 
-void
-outbox_window_abandon(OutboxWindow *window, const char *why)
-{
-	dlist_iter	iter;
-
-	dlist_foreach(iter, &window->chunks)
-	{
-		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
-
-		for (int i = 0; i < chunk->batch.nevents; i++)
-		{
-			OutboxEvent *event = &chunk->batch.events[i];
-
-			if (event->outcome != EVENT_IN_FLIGHT)
-				continue;
-			event->outcome = EVENT_NOT_SENT;
-			event->error = why;
-		}
-	}
-	recount(window);
-}
-
 /*
- * A Kafka transaction that did not commit (exactly-once mode): what it
- * delivered is not there for a read_committed consumer, so those events are
- * read again like withdrawn ones; failures keep their outcome.
+ * The unsettled events whose outcome chosen says, withdrawn: read again,
+ * the why recorded. Events before a chunk's first unsettled one are
+ * settled, never in flight.
  */
-void
-outbox_window_withdraw_delivered(OutboxWindow *window, const char *why)
+static void
+rewrite_outcomes(OutboxWindow *window, bool (*chosen) (const OutboxEvent *event),
+				 const char *why)
 {
 	dlist_iter	iter;
 
@@ -304,13 +283,42 @@ outbox_window_withdraw_delivered(OutboxWindow *window, const char *why)
 		{
 			OutboxEvent *event = &chunk->batch.events[i];
 
-			if (event->settled || event->outcome != EVENT_DELIVERED)
+			if (event->settled || !chosen(event))
 				continue;
 			event->outcome = EVENT_NOT_SENT;
 			event->error = why;
 		}
 	}
 	recount(window);
+}
+
+static bool
+in_flight(const OutboxEvent *event)
+{
+	return event->outcome == EVENT_IN_FLIGHT;
+}
+
+static bool
+delivered(const OutboxEvent *event)
+{
+	return event->outcome == EVENT_DELIVERED;
+}
+
+void
+outbox_window_abandon(OutboxWindow *window, const char *why)
+{
+	rewrite_outcomes(window, in_flight, why);
+}
+
+/*
+ * A Kafka transaction that did not commit (exactly-once mode): what it
+ * delivered is not there for a read_committed consumer, so those events are
+ * read again like withdrawn ones; failures keep their outcome.
+ */
+void
+outbox_window_withdraw_delivered(OutboxWindow *window, const char *why)
+{
+	rewrite_outcomes(window, delivered, why);
 }
 
 int

@@ -697,7 +697,7 @@ waiting_for_solo(WorkerState *st)
 
 /*
  * A read held events back for their partition's first acknowledgement
- * (partition_warmup.c): the next read waits until the settle took them out
+ * (kafka/partitions.c): the next read waits until the settle took them out
  * of the window (a read before would not see them, and could send their
  * keys' later events first), and until a report came or a while passed (a
  * partition whose first report does not come holds back nothing else).

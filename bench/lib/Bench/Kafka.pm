@@ -92,7 +92,7 @@ sub fresh_topic
 # Opens each topic's partitions for every shard's producer and waits
 # until the worker delivered what that took: a producer's first keyed
 # events to a partition go one at a time until Kafka acknowledged one
-# there (src/kafka/partition_warmup.c), which a long-lived topic paid once and
+# there (src/kafka/partitions.c), which a long-lived topic paid once and
 # the plain producer of the floor never pays. WARM_KEYS distinct keys
 # miss a (shard, partition) pair with a chance under 1e-8 with 2 shards,
 # about 1e-3 with 4.
