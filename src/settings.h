@@ -67,6 +67,7 @@ typedef enum OutboxPausePoint
 		   "Compacted Kafka topic of the exactly-once progress records.", NULL, \
 		   "outbox_progress", PGC_POSTMASTER, 0, check_progress_topic, NULL)
 
+/* The others, defined wherever the library is loaded: */
 #define OUTBOX_SETTINGS(STRING, INT, BOOL, ENUM) \
 	STRING(outbox_cloudevents_source, "outbox.cloudevents_source", \
 		   "CloudEvents source attribute (ce_source) of the events.", \
