@@ -10,6 +10,7 @@
  *		a way no compiler sees (compat.h lists them).
  */
 #include "compat.h"
+#include "kafka/conf.h"
 #include "send/database_hooks.h"
 #include "send/send.h"
 #include "send/tracing.h"
@@ -125,8 +126,9 @@ void
 _PG_init(void)
 {
 	check_server_abi();
-	/* the tracing settings first: outbox_define_settings() reserves the prefix */
+	/* the rooms' settings first: outbox_define_settings() reserves the prefix */
 	outbox_define_tracing_settings();
+	outbox_define_kafka_settings();
 	outbox_define_settings();
 	outbox_install_send_callbacks();
 

@@ -15,6 +15,7 @@
 #include "kafka/producer.h"
 #include "backoff.h"
 #include "compat.h"
+#include "kafka/conf.h"
 #include "kafka/kafka_stats.h"
 #include "kafka/partitions.h"
 #include "settings.h"
@@ -62,14 +63,11 @@ typedef struct Message
 	struct Message *next_free;
 } Message;
 
-/*
- * A librdkafka configuration being built, and every "name=value" set on
- * it, in order: what librdkafka was told, settings and secrets alike.
- */
+/* The producer's configuration being built (kafka/conf.c). */
 typedef struct ConfBuild
 {
-	rd_kafka_conf_t *conf;
-	StringInfoData applied;
+	KafkaConf	kc;
+	const char *client_id;
 	int			timeout_ms;		/* the user's message.timeout.ms */
 } ConfBuild;
 
@@ -368,30 +366,6 @@ on_log(const rd_kafka_t *rk, int level, const char *facility, const char *messag
 			(errmsg_internal("outbox: librdkafka %s: %s", facility, message)));
 }
 
-/*
- * Every property the worker sets goes through here, and is recorded in the
- * producer's settings (see outbox_producer_outdated).
- */
-static bool
-conf_set(ConfBuild *build, const char *name, const char *value, char **error)
-{
-	char		errstr[512];
-
-	if (rd_kafka_conf_set(build->conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-	{
-		*error = psprintf("%s: %s", name, errstr);
-		return false;
-	}
-	appendStringInfo(&build->applied, "%s=%s\n", name, value);
-	return true;
-}
-
-static bool
-set_user_property(void *target, const char *name, const char *value, char **error)
-{
-	return conf_set((ConfBuild *) target, name, value, error);
-}
-
 static long
 conf_number(rd_kafka_conf_t *conf, const char *name)
 {
@@ -412,17 +386,17 @@ conf_number(rd_kafka_conf_t *conf, const char *name)
 static bool
 fit_topic_wait_to_timeout(ConfBuild *build, char **error)
 {
-	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
-	long		wait_ms = conf_number(build->conf, "topic.metadata.propagation.max.ms");
+	long		timeout_ms = conf_number(build->kc.conf, "message.timeout.ms");
+	long		wait_ms = conf_number(build->kc.conf, "topic.metadata.propagation.max.ms");
 	char		value[32];
 
 	if (timeout_ms <= 0 || wait_ms < 0 || wait_ms < timeout_ms)
 		return true;
 	snprintf(value, sizeof(value), "%ld", Max(1L, timeout_ms / 2));
-	return conf_set(build, "topic.metadata.propagation.max.ms", value, error);
+	return outbox_kafka_conf_set(&build->kc, "topic.metadata.propagation.max.ms", value, error);
 }
 
-/* A property the worker derives from the settings (see set_properties). */
+/* A property the worker derives from the settings (set_derived_properties). */
 typedef struct DerivedProperty
 {
 	const char *name;
@@ -440,7 +414,7 @@ typedef struct DerivedProperty
 static bool
 take_over_message_timeout(ConfBuild *build, char **error)
 {
-	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
+	long		timeout_ms = conf_number(build->kc.conf, "message.timeout.ms");
 	char		value[32];
 
 	build->timeout_ms = (int) Max(timeout_ms, 0);
@@ -448,7 +422,7 @@ take_over_message_timeout(ConfBuild *build, char **error)
 		return true;
 	snprintf(value, sizeof(value), "%ld",
 			 Min(timeout_ms + Max(timeout_ms, LIBRDKAFKA_TIMEOUT_MARGIN_MS), (long) PG_INT32_MAX));
-	return conf_set(build, "message.timeout.ms", value, error);
+	return outbox_kafka_conf_set(&build->kc, "message.timeout.ms", value, error);
 }
 
 /*
@@ -461,26 +435,26 @@ take_over_message_timeout(ConfBuild *build, char **error)
 static bool
 set_transactional(ConfBuild *build, char **error)
 {
-	long		timeout_ms = conf_number(build->conf, "message.timeout.ms");
+	long		timeout_ms = conf_number(build->kc.conf, "message.timeout.ms");
 	char		value[32];
 
 	if (outbox_delivery != OUTBOX_EXACTLY_ONCE)
 		return true;
 	snprintf(value, sizeof(value), "%ld", Max(timeout_ms, 60000L));
-	return conf_set(build, "transactional.id", transactional_id, error) &&
-		conf_set(build, "transaction.timeout.ms", value, error);
+	return outbox_kafka_conf_set(&build->kc, "transactional.id", transactional_id, error) &&
+		outbox_kafka_conf_set(&build->kc, "transaction.timeout.ms", value, error);
 }
 
 /*
- * Sets every property the producer gets from the settings: those the
- * worker derives, then outbox.kafka_config, then the secrets file.
+ * The properties the worker derives from the settings, before the user's
+ * (outbox.kafka_config, the secrets file: kafka/conf.c).
  */
 static bool
-set_properties(ConfBuild *build, const char *client_id, char **error)
+set_derived_properties(KafkaConf *kc, void *arg, char **error)
 {
+	ConfBuild  *build = (ConfBuild *) arg;
 	DerivedProperty derived[] = {
-		{"bootstrap.servers", outbox_brokers},
-		{"client.id", client_id},
+		{"client.id", build->client_id},
 		/* the documented way to keep partition order through retries */
 		{"enable.idempotence", "true"},
 		/* a message lost after a later one was written is fatal, not a gap */
@@ -518,37 +492,35 @@ set_properties(ConfBuild *build, const char *client_id, char **error)
 		bool		skip = outbox_delivery == OUTBOX_EXACTLY_ONCE &&
 			strcmp(derived[i].name, "enable.gapless.guarantee") == 0;
 
-		if (!skip && !conf_set(build, derived[i].name, derived[i].value, error))
+		if (!skip && !outbox_kafka_conf_set(kc, derived[i].name, derived[i].value, error))
 			return false;
 	}
-	if (outbox_delivery == OUTBOX_EXACTLY_ONCE &&
-		!conf_set(build, "socket.timeout.ms", "60000", error))
-		return false;
-	if (!outbox_apply_kafka_config(outbox_kafka_config, build, set_user_property, error))
-		return false;
-	if (!outbox_apply_kafka_config_file(outbox_kafka_config_file, build, set_user_property, error))
-		return false;
+	return outbox_delivery != OUTBOX_EXACTLY_ONCE ||
+		outbox_kafka_conf_set(kc, "socket.timeout.ms", "60000", error);
+}
+
+/* What follows from the user's properties, set after them. */
+static bool
+fit_to_user_properties(KafkaConf *kc, void *arg, char **error)
+{
+	ConfBuild  *build = (ConfBuild *) arg;
+
 	if (!fit_topic_wait_to_timeout(build, error))
 		return false;
 	return take_over_message_timeout(build, error) && set_transactional(build, error);
 }
 
 /*
- * A configuration from the current settings, and in build->applied what
- * it says. Returns false with *error set when a setting is refused.
+ * A configuration from the current settings, and in build->kc.applied
+ * what it says. Returns false with *error set when a setting is refused.
  */
 static bool
 build_conf(ConfBuild *build, const char *client_id, char **error)
 {
-	build->conf = rd_kafka_conf_new();
-	initStringInfo(&build->applied);
-	if (!set_properties(build, client_id, error))
-	{
-		rd_kafka_conf_destroy(build->conf);
-		pfree(build->applied.data);
-		return false;
-	}
-	return true;
+	KafkaConfRole role = {set_derived_properties, fit_to_user_properties, build};
+
+	build->client_id = client_id;
+	return outbox_kafka_conf_build(&build->kc, &role, error);
 }
 
 static void
@@ -638,15 +610,15 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 		free_producer(producer);
 		return NULL;
 	}
-	producer->settings = MemoryContextStrdup(TopMemoryContext, build.applied.data);
+	producer->settings = MemoryContextStrdup(TopMemoryContext, build.kc.applied.data);
 	producer->timeout_ms = build.timeout_ms;
 	producer->transactional = (outbox_delivery == OUTBOX_EXACTLY_ONCE);
-	pfree(build.applied.data);
-	set_callbacks(build.conf, producer);
-	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.conf, errstr, sizeof(errstr));
+	pfree(build.kc.applied.data);
+	set_callbacks(build.kc.conf, producer);
+	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.kc.conf, errstr, sizeof(errstr));
 	if (producer->rk == NULL)
 	{
-		rd_kafka_conf_destroy(build.conf);
+		rd_kafka_conf_destroy(build.kc.conf);
 		*error = pstrdup(errstr);
 		free_producer(producer);
 		return NULL;
@@ -763,12 +735,12 @@ outbox_producer_outdated(OutboxProducer *producer)
 						producer->name, error)));
 		return false;
 	}
-	rd_kafka_conf_destroy(build.conf);
-	if (strcmp(build.applied.data, producer->settings) == 0)
+	rd_kafka_conf_destroy(build.kc.conf);
+	if (strcmp(build.kc.applied.data, producer->settings) == 0)
 		return false;
 	initStringInfo(&names);
-	note_differences(producer->settings, build.applied.data, &names);
-	note_differences(build.applied.data, producer->settings, &names);
+	note_differences(producer->settings, build.kc.applied.data, &names);
+	note_differences(build.kc.applied.data, producer->settings, &names);
 	if (names.len > 0)
 		names.data[--names.len] = '\0';
 	ereport(LOG,

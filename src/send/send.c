@@ -20,6 +20,7 @@
 #include "shared/slots.h"
 #include "table/index_shape.h"
 #include "table/outbox_table.h"
+#include "topic_name.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -50,8 +51,6 @@ PG_FUNCTION_INFO_V1(outbox_send_bytea);
 PG_FUNCTION_INFO_V1(outbox_shard_of);
 PG_FUNCTION_INFO_V1(outbox_prepare_reinsert);
 
-#define KAFKA_MAX_TOPIC_LENGTH 249
-
 /* What this transaction has sent, for the commit callback. */
 static uint64 touched_shards = 0;
 static bool sent_this_xact = false;
@@ -61,35 +60,28 @@ static bool warned_not_delivered = false;
 static void
 check_topic(text *topic)
 {
-	const char *name = VARDATA_ANY(topic);
 	int			len = VARSIZE_ANY_EXHDR(topic);
+	TopicNameFault fault = outbox_topic_name_fault(VARDATA_ANY(topic), len);
 
-	if (len == 0)
+	if (fault == TOPIC_NAME_EMPTY)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("outbox topic must not be empty")));
-	if (len > KAFKA_MAX_TOPIC_LENGTH)
+	if (fault == TOPIC_NAME_TOO_LONG)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("outbox topic is %d characters long, Kafka allows at most %d",
 						len, KAFKA_MAX_TOPIC_LENGTH)));
-	if ((len == 1 && name[0] == '.') ||
-		(len == 2 && name[0] == '.' && name[1] == '.'))
+	if (fault == TOPIC_NAME_DOTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("outbox topic must not be \".\" or \"..\"")));
-	for (int i = 0; i < len; i++)
-	{
-		char		c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("outbox topic \"%s\" contains a character Kafka does not allow",
-							text_to_cstring(topic)),
-					 errhint("Topic names may use only ASCII letters, digits, '.', '_' and '-'.")));
-	}
+	if (fault == TOPIC_NAME_BAD_CHARACTER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("outbox topic \"%s\" contains a character Kafka does not allow",
+						text_to_cstring(topic)),
+				 errhint("Topic names may use only ASCII letters, digits, '.', '_' and '-'.")));
 }
 
 static bool

@@ -47,6 +47,7 @@
  */
 #include "worker/progress.h"
 #include "compat.h"
+#include "kafka/conf.h"
 #include "settings.h"
 #include "stop.h"
 #include "table/queue.h"
@@ -214,30 +215,11 @@ quiet_log(const rd_kafka_t *rk, int level, const char *facility, const char *mes
 {
 }
 
+/* Its own properties, before the user's (the security settings among them). */
 static bool
-consumer_set(void *target, const char *name, const char *value, char **error)
+set_consumer_properties(KafkaConf *kc, void *arg, char **error)
 {
-	char		errstr[512];
-
-	if (rd_kafka_conf_set((rd_kafka_conf_t *) target, name, value, errstr,
-						  sizeof(errstr)) != RD_KAFKA_CONF_OK)
-	{
-		*error = psprintf("%s: %s", name, errstr);
-		return false;
-	}
-	return true;
-}
-
-/* A read_committed consumer with the producer's connection settings. */
-static rd_kafka_t *
-create_consumer(void)
-{
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	char	   *error = NULL;
-	char		errstr[512];
-	rd_kafka_t *rk;
 	const char *fixed[][2] = {
-		{"bootstrap.servers", outbox_brokers},
 		{"group.id", "pg_outbox-progress"},
 		{"enable.auto.commit", "false"},
 		{"enable.auto.offset.store", "false"},
@@ -246,28 +228,42 @@ create_consumer(void)
 		{"allow.auto.create.topics", "false"},
 	};
 
-	rd_kafka_conf_set_log_cb(conf, quiet_log);
 	for (size_t i = 0; i < lengthof(fixed); i++)
-		if (!consumer_set(conf, fixed[i][0], fixed[i][1], &error))
-			break;
-	/* the security settings; producer-only properties are ignored */
-	if (error == NULL)
-		(void) (outbox_apply_kafka_config(outbox_kafka_config, conf, consumer_set, &error) &&
-				outbox_apply_kafka_config_file(outbox_kafka_config_file, conf, consumer_set, &error));
-	/* the user's own isolation.level must not win */
-	if (error == NULL)
-		consumer_set(conf, "isolation.level", "read_committed", &error);
-	if (error != NULL)
-	{
-		rd_kafka_conf_destroy(conf);
+		if (!outbox_kafka_conf_set(kc, fixed[i][0], fixed[i][1], error))
+			return false;
+	return true;
+}
+
+/* The user's own isolation.level must not win. */
+static bool
+insist_read_committed(KafkaConf *kc, void *arg, char **error)
+{
+	return outbox_kafka_conf_set(kc, "isolation.level", "read_committed", error);
+}
+
+/*
+ * A read_committed consumer with the producer's connection settings;
+ * producer-only properties are ignored.
+ */
+static rd_kafka_t *
+create_consumer(void)
+{
+	KafkaConfRole role = {set_consumer_properties, insist_read_committed, NULL};
+	KafkaConf	kc;
+	char	   *error = NULL;
+	char		errstr[512];
+	rd_kafka_t *rk;
+
+	if (!outbox_kafka_conf_build(&kc, &role, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("outbox: cannot configure the progress consumer: %s", error)));
-	}
-	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	pfree(kc.applied.data);
+	rd_kafka_conf_set_log_cb(kc.conf, quiet_log);
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc.conf, errstr, sizeof(errstr));
 	if (rk == NULL)
 	{
-		rd_kafka_conf_destroy(conf);
+		rd_kafka_conf_destroy(kc.conf);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("outbox: cannot create the progress consumer: %s", errstr)));

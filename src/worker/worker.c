@@ -27,6 +27,7 @@
 #include "worker/worker.h"
 #include "backoff.h"
 #include "compat.h"
+#include "kafka/conf.h"
 #include "settings.h"
 #include "shared/registry.h"
 #include "shared/slots.h"

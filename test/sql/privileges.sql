@@ -120,7 +120,10 @@ SHOW outbox.kafka_config;
 SELECT current_setting('outbox.kafka_config');
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
-SELECT name FROM pg_settings WHERE name LIKE 'outbox.%' ORDER BY name COLLATE "C";
+-- pg_settings leaves out the settings that may hold secrets, not the others
+SELECT name FROM pg_settings
+WHERE name IN ('outbox.brokers', 'outbox.kafka_config', 'outbox.kafka_config_file')
+ORDER BY name COLLATE "C";
 -- nor can a non-superuser raise the payload limit (PGC_SUSET)
 SET outbox.max_message_bytes = '10MB';
 \echo :LAST_ERROR_SQLSTATE
