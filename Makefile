@@ -54,7 +54,7 @@ src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h: proto/outbox.proto
 $(OBJS): $(wildcard src/*.h src/*/*.h)
 src/kafka/envelope.o: src/kafka/outbox.pb-c.h
 # OUTBOX_VERSION comes from EXTVERSION here
-src/table/queue.o: Makefile
+src/table/step.o: Makefile
 
 # protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug
 src/kafka/envelope.o src/kafka/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces
