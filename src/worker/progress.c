@@ -26,7 +26,7 @@
  *   - of this extension (its oid) on this timeline, of this instance: all
  *     its ids are settled;
  *   - of the instance this one replaced on this timeline (the server was
- *     moved: another host or data directory, queue.c), written at a WAL
+ *     moved: another host or data directory, step.c), written at a WAL
  *     position the replacement's WAL holds (previous_until): all its ids
  *     are settled. Whichever shard rotated the instance first, each
  *     shard's recovery recognises its own last record; a copy running at
