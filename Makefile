@@ -6,10 +6,12 @@ MODULE_big = outbox
 # generated code
 OBJS = $(patsubst %.c,%.o,$(filter-out %.pb-c.c,$(wildcard src/*.c src/*/*.c))) src/kafka/outbox.pb-c.o
 
-DATA = sql/$(EXTENSION)--$(EXTVERSION).sql sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.2.0.sql \
-       sql/$(EXTENSION)--0.3.0.sql sql/$(EXTENSION)--0.4.0.sql sql/$(EXTENSION)--0.5.0.sql \
-       sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql sql/$(EXTENSION)--0.3.0--0.4.0.sql \
-       sql/$(EXTENSION)--0.4.0--0.5.0.sql sql/$(EXTENSION)--0.5.0--0.6.0.sql
+# sql/outbox.sql is the one install script: the versioned one is generated
+# from it (below), a release writes only its upgrade script by hand.
+# sql/frozen/ holds earlier versions' full install scripts as released,
+# never edited: what t/040_upgrade.pl installs to update from.
+DATA = $(wildcard sql/$(EXTENSION)--*--*.sql) $(wildcard sql/frozen/$(EXTENSION)--*.sql)
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DOCS = README.md
 
 # pg_regress's inputs are in test/ (sql/ holds what is installed)
@@ -25,7 +27,7 @@ PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra $(if $(WERR
               -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = -lrdkafka -lprotobuf-c
 
-EXTRA_CLEAN = src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
+EXTRA_CLEAN = sql/$(EXTENSION)--$(EXTVERSION).sql src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -41,6 +43,9 @@ prove_installcheck:
 dist:
 	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).zip HEAD
 
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
+	cp $< $@
+
 # The envelope's C code is generated from proto/outbox.proto, never committed.
 src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h: proto/outbox.proto
 	protoc-c --proto_path=proto --c_out=src/kafka $<
@@ -49,7 +54,7 @@ src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h: proto/outbox.proto
 $(OBJS): $(wildcard src/*.h src/*/*.h)
 src/kafka/envelope.o: src/kafka/outbox.pb-c.h
 # OUTBOX_VERSION comes from EXTVERSION here
-src/table/queue.o: Makefile
+src/table/step.o: Makefile
 
 # protoc-c's initializer macros trip -Wmissing-braces; that is its style, not a bug
 src/kafka/envelope.o src/kafka/outbox.pb-c.o: override CPPFLAGS += -Wno-missing-braces

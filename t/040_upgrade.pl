@@ -7,7 +7,12 @@
 #    version, and
 #  - the events sent before the update are delivered after it, with the
 #    headers of the current version.
-# Every new version adds its predecessor to @from.
+# The versions updated from are installed from their full scripts as
+# released, frozen in sql/frozen/ (the current one is generated from
+# sql/outbox.sql). Every new version adds its predecessor to @from and
+# copies the predecessor's generated script there, never to be edited:
+# without it, CREATE EXTENSION ... VERSION would build the predecessor
+# from an older script and the updates instead.
 use strict;
 use warnings;
 use FindBin;

@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -40,6 +41,16 @@
 
 #define ERROR_LENGTH 256
 
+/* The counters, atomics outside the entry's mutex. */
+#define SHARD_COUNTERS(X) \
+	X(delivered) \
+	X(failed_attempts) \
+	X(dead_lettered) \
+	X(txn_commits) \
+	X(txn_aborts)
+
+#define COUNTER_FIELD(name) pg_atomic_uint64 name;
+
 typedef struct LatencyWindow
 {
 	int64		number;			/* seconds since the epoch / WINDOW_SECONDS */
@@ -56,9 +67,7 @@ typedef struct ShardStats
 	OutboxShardState state;		/* what the running worker does */
 	TimestampTz state_since;	/* or when the last one left */
 	bool		no_extension;	/* the last one left as it found none */
-	pg_atomic_uint64 delivered;
-	pg_atomic_uint64 failed_attempts;
-	pg_atomic_uint64 dead_lettered;
+	SHARD_COUNTERS(COUNTER_FIELD)
 	TimestampTz last_delivered_at;
 	char		last_error[ERROR_LENGTH];
 	TimestampTz last_error_at;
@@ -69,8 +78,6 @@ typedef struct ShardStats
 	bool		exactly_once;	/* the producer is transactional */
 	int			txn_events;		/* in the open Kafka transaction */
 	TimestampTz txn_opened_at;	/* 0: none open */
-	pg_atomic_uint64 txn_commits;
-	pg_atomic_uint64 txn_aborts;
 	LatencyWindow windows[NWINDOWS];
 	int			nbrokers;
 	OutboxBrokerInfo brokers[OUTBOX_MAX_BROKERS];
@@ -119,11 +126,8 @@ outbox_stats_shmem_size(void)
 static void
 clear_counters(ShardStats *entry, TimestampTz now)
 {
-	pg_atomic_write_u64(&entry->delivered, 0);
-	pg_atomic_write_u64(&entry->failed_attempts, 0);
-	pg_atomic_write_u64(&entry->dead_lettered, 0);
-	pg_atomic_write_u64(&entry->txn_commits, 0);
-	pg_atomic_write_u64(&entry->txn_aborts, 0);
+#define CLEAR_COUNTER(name) pg_atomic_write_u64(&entry->name, 0);
+	SHARD_COUNTERS(CLEAR_COUNTER)
 	entry->last_delivered_at = 0;
 	entry->last_error[0] = '\0';
 	entry->last_error_at = 0;
@@ -148,11 +152,8 @@ outbox_stats_shmem_startup(void)
 
 		memset(entry, 0, sizeof(*entry));
 		SpinLockInit(&entry->mutex);
-		pg_atomic_init_u64(&entry->delivered, 0);
-		pg_atomic_init_u64(&entry->failed_attempts, 0);
-		pg_atomic_init_u64(&entry->dead_lettered, 0);
-		pg_atomic_init_u64(&entry->txn_commits, 0);
-		pg_atomic_init_u64(&entry->txn_aborts, 0);
+#define INIT_COUNTER(name) pg_atomic_init_u64(&entry->name, 0);
+		SHARD_COUNTERS(INIT_COUNTER)
 	}
 }
 
@@ -180,6 +181,22 @@ find_entry_to_claim(Oid dboid, int shard)
 }
 
 /*
+ * What a worker's arrival and its departure both reset (the entry's mutex
+ * held): the entry is in use (or not) from now, and nothing of the last
+ * worker's in flight or brokers shows.
+ */
+static void
+mark_attached(ShardStats *entry, bool attached, bool no_extension, TimestampTz now)
+{
+	entry->attached = attached;
+	entry->last_used = now;
+	entry->state_since = now;
+	entry->no_extension = no_extension;
+	entry->in_flight_first = 0;
+	entry->nbrokers = 0;
+}
+
+/*
  * Runs before the slot's own exit callback (registered after it), so the
  * slot still says whether the worker leaves for want of the extension: the
  * slot is freed soon after, and the shard goes on showing no_extension.
@@ -191,12 +208,7 @@ detach(int code, Datum arg)
 	bool		no_extension = (outbox_my_slot_state() == SLOT_NO_EXTENSION);
 
 	SpinLockAcquire(&mine->mutex);
-	mine->attached = false;
-	mine->last_used = now;
-	mine->state_since = now;
-	mine->no_extension = no_extension;
-	mine->in_flight_first = 0;
-	mine->nbrokers = 0;
+	mark_attached(mine, false, no_extension, now);
 	SpinLockRelease(&mine->mutex);
 	mine = NULL;
 }
@@ -225,13 +237,8 @@ outbox_stats_attach(Oid dboid, int shard)
 			entry->lag_warned = false;
 			entry->lag_line_at = 0;
 		}
-		entry->attached = true;
-		entry->last_used = now;
+		mark_attached(entry, true, false, now);
 		entry->state = SHARD_STARTING;
-		entry->state_since = now;
-		entry->no_extension = false;
-		entry->in_flight_first = 0;
-		entry->nbrokers = 0;
 		SpinLockRelease(&entry->mutex);
 	}
 	SpinLockRelease(&stats->claim_mutex);
@@ -450,9 +457,52 @@ require_shared_memory(void)
 				 errhint("Add outbox to shared_preload_libraries and restart the server.")));
 }
 
-/* Sets up a materialized result (by hand: InitMaterializedSRF is 15+). */
+/*
+ * A result column as the C side fills it; each reader's X-macro list below
+ * gives one row per column: its name, SQL type, when it is NULL, and its
+ * value (read only when not NULL).
+ */
+typedef struct StatsColumn
+{
+	const char *name;
+	Oid			type;
+} StatsColumn;
+
+#define COLUMN_DEF(name, type, isnull, value) {name, type},
+#define FILL_COLUMN(name, type, isnull, value) \
+	nulls[column] = (isnull); \
+	values[column] = nulls[column] ? (Datum) 0 : (value); \
+	column++;
+
+/*
+ * The function's declared columns must be the list's, in its order; an
+ * extension not yet updated declares the first ones only (each version
+ * added columns at the end), and gets those.
+ */
+static void
+check_columns(TupleDesc desc, const StatsColumn *columns, int ncolumns)
+{
+	if (desc->natts > ncolumns)
+		elog(ERROR, "outbox: the function returns %d columns, the library knows %d",
+			 desc->natts, ncolumns);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (strcmp(NameStr(att->attname), columns[i].name) != 0 ||
+			att->atttypid != columns[i].type)
+			elog(ERROR, "outbox: column %d is \"%s\" of type %u, the library expects \"%s\" of type %u",
+				 i + 1, NameStr(att->attname), att->atttypid, columns[i].name, columns[i].type);
+	}
+}
+
+/*
+ * Sets up a materialized result (by hand: InitMaterializedSRF is 15+) with
+ * the given columns.
+ */
 static Tuplestorestate *
-begin_rows(FunctionCallInfo fcinfo, TupleDesc *desc)
+begin_rows(FunctionCallInfo fcinfo, TupleDesc *desc,
+		   const StatsColumn *columns, int ncolumns)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Tuplestorestate *store;
@@ -465,6 +515,7 @@ begin_rows(FunctionCallInfo fcinfo, TupleDesc *desc)
 				 errmsg("set-valued function called in context that cannot accept a set")));
 	if (get_call_result_type(fcinfo, NULL, desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "outbox: return type must be a row type");
+	check_columns(*desc, columns, ncolumns);
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	*desc = CreateTupleDescCopy(*desc);
 	store = tuplestore_begin_heap(true, false, work_mem);
@@ -492,12 +543,8 @@ copy_entry(int shard, ShardStats *copy)
 		if (match)
 		{
 			/* the counters are atomics, not covered by the mutex */
-			pg_atomic_init_u64(&copy->delivered, pg_atomic_read_u64(&entry->delivered));
-			pg_atomic_init_u64(&copy->failed_attempts,
-							   pg_atomic_read_u64(&entry->failed_attempts));
-			pg_atomic_init_u64(&copy->dead_lettered, pg_atomic_read_u64(&entry->dead_lettered));
-			pg_atomic_init_u64(&copy->txn_commits, pg_atomic_read_u64(&entry->txn_commits));
-			pg_atomic_init_u64(&copy->txn_aborts, pg_atomic_read_u64(&entry->txn_aborts));
+#define COPY_COUNTER(name) pg_atomic_init_u64(&copy->name, pg_atomic_read_u64(&entry->name));
+			SHARD_COUNTERS(COPY_COUNTER)
 			return true;
 		}
 	}
@@ -557,86 +604,71 @@ shown_state(const ShardStats *entry, int pid, bool starting)
 	return starting ? SHARD_STARTING : SHARD_STOPPED;
 }
 
+/* A running worker says what its producer is; otherwise the setting. */
+static const char *
+shown_delivery(const ShardStats *entry, int pid)
+{
+	return (pid != 0 && entry->attached ? entry->exactly_once :
+			outbox_delivery == OUTBOX_EXACTLY_ONCE) ?
+		"exactly_once" : "at_least_once";
+}
+
+#define COUNTER(name) Int64GetDatum((int64) pg_atomic_read_u64(&e->name))
+
 /*
  * The OUT columns of outbox_shard_stats(), in the order the install script
- * declares them (a new column: here, in add_shard_row, and in the SQL).
+ * declares them, read from add_shard_row's e (the entry), pid, starting,
+ * in_flight and the latency percentiles.
  */
-typedef enum ShardColumn
-{
-	COL_SHARD,
-	COL_PID,
-	COL_STATE,
-	COL_STATE_SINCE,
-	COL_DELIVERED,
-	COL_FAILED_ATTEMPTS,
-	COL_DEAD_LETTERED,
-	COL_LAST_DELIVERED_AT,
-	COL_LAST_ERROR,
-	COL_LAST_ERROR_AT,
-	COL_ACK_LATENCY_P50_MS,
-	COL_ACK_LATENCY_P99_MS,
-	COL_STATS_RESET,
-	COL_IN_FLIGHT_FIRST_ID,
-	COL_IN_FLIGHT_LAST_ID,
-	COL_IN_FLIGHT_SINCE,
-	COL_DELIVERY,
-	COL_TRANSACTION_EVENTS,
-	COL_TRANSACTION_SINCE,
-	COL_TRANSACTIONS_COMMITTED,
-	COL_TRANSACTIONS_ABORTED,
-	SHARD_COLUMNS
-} ShardColumn;
+#define SHARD_COLUMNS(X) \
+	X("shard", INT4OID, false, Int32GetDatum(shard)) \
+	X("pid", INT4OID, pid == 0, Int32GetDatum(pid)) \
+	X("state", TEXTOID, false, CStringGetTextDatum(state_names[shown_state(e, pid, starting)])) \
+	X("state_since", TIMESTAMPTZOID, e->state_since == 0, TimestampTzGetDatum(e->state_since)) \
+	X("delivered", INT8OID, false, COUNTER(delivered)) \
+	X("failed_attempts", INT8OID, false, COUNTER(failed_attempts)) \
+	X("dead_lettered", INT8OID, false, COUNTER(dead_lettered)) \
+	X("last_delivered_at", TIMESTAMPTZOID, e->last_delivered_at == 0, \
+	  TimestampTzGetDatum(e->last_delivered_at)) \
+	X("last_error", TEXTOID, e->last_error[0] == '\0', CStringGetTextDatum(e->last_error)) \
+	X("last_error_at", TIMESTAMPTZOID, e->last_error_at == 0, TimestampTzGetDatum(e->last_error_at)) \
+	X("ack_latency_p50_ms", FLOAT8OID, !has_p50, Float8GetDatum(p50_ms)) \
+	X("ack_latency_p99_ms", FLOAT8OID, !has_p99, Float8GetDatum(p99_ms)) \
+	X("stats_reset", TIMESTAMPTZOID, e->stats_reset == 0, TimestampTzGetDatum(e->stats_reset)) \
+	X("in_flight_first_id", INT8OID, !in_flight, Int64GetDatum(e->in_flight_first)) \
+	X("in_flight_last_id", INT8OID, !in_flight, Int64GetDatum(e->in_flight_last)) \
+	X("in_flight_since", TIMESTAMPTZOID, !in_flight, TimestampTzGetDatum(e->in_flight_since)) \
+	X("delivery", TEXTOID, false, CStringGetTextDatum(shown_delivery(e, pid))) \
+	X("transaction_events", INT4OID, pid == 0 || e->txn_opened_at == 0, Int32GetDatum(e->txn_events)) \
+	X("transaction_since", TIMESTAMPTZOID, pid == 0 || e->txn_opened_at == 0, \
+	  TimestampTzGetDatum(e->txn_opened_at)) \
+	X("transactions_committed", INT8OID, false, COUNTER(txn_commits)) \
+	X("transactions_aborted", INT8OID, false, COUNTER(txn_aborts))
 
-#define TIMESTAMP_OR_NULL(t, i) \
-	do { if ((t) != 0) values[i] = TimestampTzGetDatum(t); else nulls[i] = true; } while (0)
+static const StatsColumn shard_columns[] = {SHARD_COLUMNS(COLUMN_DEF)};
 
 static void
 add_shard_row(Tuplestorestate *store, TupleDesc desc, int shard, TimestampTz now)
 {
-	Datum		values[SHARD_COLUMNS] = {0};
-	bool		nulls[SHARD_COLUMNS] = {0};
+	Datum		values[lengthof(shard_columns)];
+	bool		nulls[lengthof(shard_columns)];
+	int			column = 0;
 	ShardStats	entry;
+	ShardStats *e = &entry;
 	bool		starting;
 	int			pid = outbox_shard_worker(MyDatabaseId, shard, &starting);
 	bool		in_flight;
-	double		ms;
+	double		p50_ms;
+	double		p99_ms;
+	bool		has_p50;
+	bool		has_p99;
 
 	if (!copy_entry(shard, &entry))
 		memset(&entry, 0, sizeof(entry));
 	in_flight = entry.in_flight_first != 0 && pid != 0;
-
-	values[COL_SHARD] = Int32GetDatum(shard);
-	values[COL_PID] = Int32GetDatum(pid);
-	nulls[COL_PID] = (pid == 0);
-	values[COL_STATE] = CStringGetTextDatum(state_names[shown_state(&entry, pid, starting)]);
-	TIMESTAMP_OR_NULL(entry.state_since, COL_STATE_SINCE);
-	values[COL_DELIVERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.delivered));
-	values[COL_FAILED_ATTEMPTS] =
-		Int64GetDatum((int64) pg_atomic_read_u64(&entry.failed_attempts));
-	values[COL_DEAD_LETTERED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.dead_lettered));
-	TIMESTAMP_OR_NULL(entry.last_delivered_at, COL_LAST_DELIVERED_AT);
-	values[COL_LAST_ERROR] = CStringGetTextDatum(entry.last_error);
-	nulls[COL_LAST_ERROR] = (entry.last_error[0] == '\0');
-	TIMESTAMP_OR_NULL(entry.last_error_at, COL_LAST_ERROR_AT);
-	nulls[COL_ACK_LATENCY_P50_MS] = !latency_percentile(&entry, 0.5, now, &ms);
-	values[COL_ACK_LATENCY_P50_MS] = Float8GetDatum(ms);
-	nulls[COL_ACK_LATENCY_P99_MS] = !latency_percentile(&entry, 0.99, now, &ms);
-	values[COL_ACK_LATENCY_P99_MS] = Float8GetDatum(ms);
-	TIMESTAMP_OR_NULL(entry.stats_reset, COL_STATS_RESET);
-	values[COL_IN_FLIGHT_FIRST_ID] = Int64GetDatum(entry.in_flight_first);
-	values[COL_IN_FLIGHT_LAST_ID] = Int64GetDatum(entry.in_flight_last);
-	values[COL_IN_FLIGHT_SINCE] = TimestampTzGetDatum(entry.in_flight_since);
-	nulls[COL_IN_FLIGHT_FIRST_ID] = nulls[COL_IN_FLIGHT_LAST_ID] =
-		nulls[COL_IN_FLIGHT_SINCE] = !in_flight;
-	/* a running worker says what its producer is; otherwise the setting */
-	values[COL_DELIVERY] = CStringGetTextDatum((pid != 0 && entry.attached ? entry.exactly_once :
-												outbox_delivery == OUTBOX_EXACTLY_ONCE) ?
-											   "exactly_once" : "at_least_once");
-	values[COL_TRANSACTION_EVENTS] = Int32GetDatum(entry.txn_events);
-	nulls[COL_TRANSACTION_EVENTS] = (pid == 0 || entry.txn_opened_at == 0);
-	TIMESTAMP_OR_NULL(pid != 0 ? entry.txn_opened_at : 0, COL_TRANSACTION_SINCE);
-	values[COL_TRANSACTIONS_COMMITTED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.txn_commits));
-	values[COL_TRANSACTIONS_ABORTED] = Int64GetDatum((int64) pg_atomic_read_u64(&entry.txn_aborts));
+	has_p50 = latency_percentile(&entry, 0.5, now, &p50_ms);
+	has_p99 = latency_percentile(&entry, 0.99, now, &p99_ms);
+	SHARD_COLUMNS(FILL_COLUMN)
 	tuplestore_putvalues(store, desc, values, nulls);
 }
 
@@ -650,11 +682,22 @@ outbox_shard_stats(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 
 	require_shared_memory();
-	store = begin_rows(fcinfo, &desc);
+	store = begin_rows(fcinfo, &desc, shard_columns, lengthof(shard_columns));
 	for (int shard = 0; shard < outbox_shards; shard++)
 		add_shard_row(store, desc, shard, now);
 	return (Datum) 0;
 }
+
+/* The OUT columns of outbox_broker_stats(), read from a shard's broker b. */
+#define BROKER_COLUMNS(X) \
+	X("shard", INT4OID, false, Int32GetDatum(shard)) \
+	X("broker", TEXTOID, false, CStringGetTextDatum(b->name)) \
+	X("state", TEXTOID, false, CStringGetTextDatum(b->state)) \
+	X("rtt_avg_ms", FLOAT8OID, false, Float8GetDatum(b->rtt_avg_ms)) \
+	X("in_flight", INT8OID, false, Int64GetDatum(b->in_flight)) \
+	X("requests", INT8OID, false, Int64GetDatum(b->requests))
+
+static const StatsColumn broker_columns[] = {BROKER_COLUMNS(COLUMN_DEF)};
 
 /* Each broker each shard's producer reported in its last statistics. */
 PG_FUNCTION_INFO_V1(outbox_broker_stats);
@@ -665,24 +708,21 @@ outbox_broker_stats(PG_FUNCTION_ARGS)
 	Tuplestorestate *store;
 
 	require_shared_memory();
-	store = begin_rows(fcinfo, &desc);
+	store = begin_rows(fcinfo, &desc, broker_columns, lengthof(broker_columns));
 	for (int shard = 0; shard < outbox_shards; shard++)
 	{
 		ShardStats	entry;
 
 		if (!copy_entry(shard, &entry) || !entry.attached)
 			continue;
-		for (int b = 0; b < entry.nbrokers; b++)
+		for (int i = 0; i < entry.nbrokers; i++)
 		{
-			Datum		values[6];
-			bool		nulls[6] = {0};
+			const OutboxBrokerInfo *b = &entry.brokers[i];
+			Datum		values[lengthof(broker_columns)];
+			bool		nulls[lengthof(broker_columns)];
+			int			column = 0;
 
-			values[0] = Int32GetDatum(shard);
-			values[1] = CStringGetTextDatum(entry.brokers[b].name);
-			values[2] = CStringGetTextDatum(entry.brokers[b].state);
-			values[3] = Float8GetDatum(entry.brokers[b].rtt_avg_ms);
-			values[4] = Int64GetDatum(entry.brokers[b].in_flight);
-			values[5] = Int64GetDatum(entry.brokers[b].requests);
+			BROKER_COLUMNS(FILL_COLUMN)
 			tuplestore_putvalues(store, desc, values, nulls);
 		}
 	}

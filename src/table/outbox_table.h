@@ -1,7 +1,7 @@
 /*
  * outbox_table.h
  *		The outbox table's columns as the C code knows them: their order,
- *		names and types, once. The install script (sql/outbox--*.sql)
+ *		names and types, once. The install script (sql/outbox.sql)
  *		creates the table in this order; outbox_send() writes its rows by
  *		it, and the worker's read selects its columns by name from it; both
  *		check a table's columns against it first (outbox_table.c).

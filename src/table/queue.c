@@ -20,23 +20,20 @@
 #include "table/position_delete.h"
 #include "table/prepared.h"
 #include "table/retry_probe.h"
+#include "table/step.h"
 #include "table/subscription.h"
-
-#include <unistd.h>
 
 #include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/params.h"
-#include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -44,7 +41,6 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/pg_lsn.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -62,17 +58,14 @@ typedef struct Plans
 	SPIPlanPtr	record_failures;
 	SPIPlanPtr	dead_letter;
 	SPIPlanPtr	reshard;
-	SPIPlanPtr	instance;
-	SPIPlanPtr	rotate_instance;
 	SPIPlanPtr	oldest;			/* created_at of the shard's first pending event */
 	SPIPlanPtr	pending;		/* how many events the shard has pending */
 } Plans;
 
-static SPIPlanPtr extension_plan = NULL;
-
 static Oid	plans_extension_oid = InvalidOid;
 static Plans plans;
 static Oid	plans_table = InvalidOid;	/* the outbox table the plans name */
+static char plans_schema[2 * NAMEDATALEN + 3];	/* its schema, quoted */
 
 /*
  * Whether the extension must be looked up again before the plans are used:
@@ -134,8 +127,6 @@ forget_plans(void)
 	free_plan(&plans.record_failures);
 	free_plan(&plans.dead_letter);
 	free_plan(&plans.reshard);
-	free_plan(&plans.instance);
-	free_plan(&plans.rotate_instance);
 	free_plan(&plans.oldest);
 	free_plan(&plans.pending);
 	plans_extension_oid = InvalidOid;
@@ -144,12 +135,11 @@ forget_plans(void)
 }
 
 /*
- * The worker runs as a superuser in a database whose owner may plant
- * functions and operators: besides the search_path the worker forces
- * (pg_catalog, pg_temp), every function and operator here is qualified.
- * OPERATOR() binds like any other operator, so it is parenthesised.
+ * A retry is due: its time (next_attempt_at of the row as col) has come.
+ * An event without one is due at once. The install script's
+ * outbox_held_by() and outbox_explain() say when it is not, in SQL.
  */
-#define EQ " OPERATOR(pg_catalog.=) "
+#define RETRY_DUE(col) " " col " OPERATOR(pg_catalog.<=) pg_catalog.now()"
 
 /*
  * The read's columns, by position: the table's, by their names in
@@ -192,8 +182,7 @@ read_from_sql(const char *s, const char *hold)
 {
 	return psprintf("SELECT %s FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.id OPERATOR(pg_catalog.>=) $2"
-					" AND (o.next_attempt_at IS NULL"
-					"      OR o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now())"
+					" AND (o.next_attempt_at IS NULL OR" RETRY_DUE("o.next_attempt_at") ")"
 					"%s ORDER BY o.id LIMIT $3",
 					read_columns(), s, hold);
 }
@@ -218,7 +207,7 @@ read_sql(const char *s, const char *hold)
 	return psprintf("SELECT * FROM ("
 					"(SELECT %s FROM %s.outbox o"
 					" WHERE o.shard" EQ "$1 AND o.next_attempt_at IS NOT NULL"
-					" AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()"
+					" AND" RETRY_DUE("o.next_attempt_at")
 					" AND o.id OPERATOR(pg_catalog.<) $2"
 					"%s ORDER BY o.id LIMIT $3)"
 					" UNION ALL (%s)"
@@ -238,7 +227,7 @@ read_sql(const char *s, const char *hold)
 /* The lowest keyed retry of a shard now due, the window's ids left out or not. */
 #define DUE_KEYED_SQL "SELECT pg_catalog.min(id) FROM %s.outbox" \
 	" WHERE shard" EQ "$1 AND key IS NOT NULL AND next_attempt_at IS NOT NULL" \
-	" AND next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()%s"
+	" AND" RETRY_DUE("next_attempt_at") "%s"
 
 static void
 prepare_read_plans(const char *s)
@@ -264,7 +253,7 @@ prepare_read_plans(const char *s)
 	plans.held_min = prepare(psprintf(
 									  "SELECT pg_catalog.min(id) FROM %s.outbox"
 									  " WHERE shard" EQ "$1"
-									  " AND next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now()", s),
+									  " AND NOT" RETRY_DUE("next_attempt_at"), s),
 							 1, shard_arg);
 }
 
@@ -295,9 +284,7 @@ prepare_settle_plans(const char *s)
 										 " WHERE o.ctid" EQ "ANY($1)"
 										 " AND o.ctid" EQ "d.ctid AND o.id" EQ "d.id", s),
 								2, delete_args, CURSOR_OPT_GENERIC_PLAN);
-	plans.delete_by_id = prepare_with(psprintf(
-											   "DELETE FROM %s.outbox WHERE shard" EQ "$1"
-											   " AND id" EQ "ANY($2)", s),
+	plans.delete_by_id = prepare_with(outbox_delete_by_id_sql(s, ""),
 									  2, by_id_args, CURSOR_OPT_CUSTOM_PLAN);
 
 	/*
@@ -318,64 +305,16 @@ prepare_settle_plans(const char *s)
 											 " WHERE o.shard" EQ "$1 AND o.id" EQ "f.id", s),
 									5, failure_args);
 	plans.dead_letter = prepare(psprintf(
-										 "WITH moved AS ("
-										 " DELETE FROM %s.outbox WHERE shard" EQ "$1 AND id" EQ "ANY($2)"
-										 " AND attempts OPERATOR(pg_catalog.>=) $3"
-										 " RETURNING id, topic, key, payload, headers, created_at,"
-										 " attempts, last_error, payload_type)"
+										 "WITH moved AS (%s)"
 										 " INSERT INTO %s.outbox_dead_letter"
 										 " (id, topic, key, payload, headers, created_at, attempts,"
 										 " last_error, payload_type, failed_at)"
-										 " SELECT *, pg_catalog.now() FROM moved", s, s),
+										 " SELECT *, pg_catalog.now() FROM moved",
+										 outbox_delete_by_id_sql(s, " AND attempts OPERATOR(pg_catalog.>=) $3"
+																 " RETURNING id, topic, key, payload, headers,"
+																 " created_at, attempts, last_error, payload_type"),
+										 s),
 								3, dead_args);
-}
-
-/*
- * ids may repeat on a new timeline (an asynchronous standby promoted), in
- * a copy of the database (CREATE DATABASE ... TEMPLATE), and in a physical
- * copy of the server started as a primary on the same timeline: it has the
- * same system identifier, timeline and database, but a copy running at
- * the same time lives at another data directory or on another host. A
- * place not known yet (NULL) is recorded without a new id.
- *
- * A new id keeps the one it replaces (previous_id) and how far this
- * server's WAL is that id's own history (previous_until: the redo point
- * of its last checkpoint, at or past the end of its recovery, so past
- * everything the previous id's server had flushed): exactly-once's
- * recovery settles a progress record of the previous id written up to
- * there (progress.c), and not a record a copy running at the same time
- * wrote after the two diverged.
- */
-#define DIFFERS(col, arg) " (" col " IS NULL OR " col " OPERATOR(pg_catalog.<>) " arg ")"
-#define KNOWN_AND_DIFFERS(col, arg) " " col " OPERATOR(pg_catalog.<>) " arg
-#define NEEDS_NEW_ID \
-	" timeline OPERATOR(pg_catalog.<>) $1" \
-	"  OR database OPERATOR(pg_catalog.<>) $2" \
-	"  OR" KNOWN_AND_DIFFERS("system_identifier", "$3") \
-	"  OR" KNOWN_AND_DIFFERS("data_directory", "$4") \
-	"  OR" KNOWN_AND_DIFFERS("host", "$5")
-
-static void
-prepare_rotate_plan(const char *s)
-{
-	Oid			rotate_args[] = {INT8OID, OIDOID, INT8OID, TEXTOID, TEXTOID, PG_LSNOID};
-
-	plans.rotate_instance = prepare(psprintf(
-											 "UPDATE %s.outbox_instance SET"
-											 " id = CASE WHEN" NEEDS_NEW_ID
-											 "  THEN pg_catalog.gen_random_uuid() ELSE id END,"
-											 " previous_id = CASE WHEN" NEEDS_NEW_ID
-											 "  THEN id ELSE previous_id END,"
-											 " previous_until = CASE WHEN" NEEDS_NEW_ID
-											 "  THEN $6 ELSE previous_until END,"
-											 " timeline = $1, database = $2, system_identifier = $3,"
-											 " data_directory = $4, host = $5"
-											 " WHERE timeline OPERATOR(pg_catalog.<>) $1"
-											 " OR database OPERATOR(pg_catalog.<>) $2"
-											 " OR" DIFFERS("system_identifier", "$3")
-											 " OR" DIFFERS("data_directory", "$4")
-											 " OR" DIFFERS("host", "$5"), s),
-									6, rotate_args);
 }
 
 /*
@@ -421,59 +360,27 @@ prepare_plans(const char *schema)
 									 " WHERE shard OPERATOR(pg_catalog.>=) $2"
 									 " AND %s.outbox_shard_of(key, id)" EQ "$1", s, s),
 							2, reshard_args);
-	plans.instance = prepare(psprintf("SELECT id::text, timeline FROM %s.outbox_instance", s),
-							 0, NULL);
-	prepare_rotate_plan(s);
 	prepare_lag_plans(s);
-}
-
-/* This server's host name, as text; "" if it has none. */
-static Datum
-host_name(void)
-{
-	char		host[256];
-
-	if (gethostname(host, sizeof(host)) != 0)
-		host[0] = '\0';
-	host[sizeof(host) - 1] = '\0';
-	return CStringGetTextDatum(host);
 }
 
 /*
  * Reads the id space of the extension's ids, replacing it first when the
  * server now writes on another timeline than the one it was made on, the
  * database is a copy of the one it was made in, or the server is not
- * where it was made (see prepare_rotate_plan). True if it replaced it:
- * the caller makes that durable once committed.
+ * where it was made (step.c). True if it replaced it: the caller makes
+ * that durable once committed.
  */
 static bool
 load_instance(void)
 {
 	TimeLineID	timeline = CURRENT_TIMELINE();
-	Datum		args[6];
-	bool		isnull;
+	OutboxInstance instance;
 	bool		rotated;
 
 	if (instance_timeline == timeline)
 		return false;
-	args[0] = Int64GetDatum((int64) timeline);
-	args[1] = ObjectIdGetDatum(MyDatabaseId);
-	args[2] = Int64GetDatum((int64) GetSystemIdentifier());
-	args[3] = CStringGetTextDatum(DataDir);
-	args[4] = host_name();
-	args[5] = LSNGetDatum(GetRedoRecPtr());
-	if (SPI_execute_plan(plans.rotate_instance, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "outbox: renewing outbox_instance failed");
-	rotated = (SPI_processed > 0);
-	if (SPI_execute_plan(plans.instance, NULL, NULL, false, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("outbox_instance must hold exactly one row")));
-	strlcpy(instance_id,
-			TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-											  1, &isnull)),
-			sizeof(instance_id));
+	rotated = outbox_step_instance(plans_schema, true, &instance);
+	strlcpy(instance_id, instance.id, sizeof(instance_id));
 	instance_timeline = timeline;
 	return rotated;
 }
@@ -541,8 +448,6 @@ look_up_extension(void)
 	Oid			extension_oid;
 	Oid			table;
 	char	   *schema;
-	char	   *version;
-	bool		isnull;
 
 	/* the cheap check; SQL only when the extension changed */
 	extension_oid = get_extension_oid("outbox", true);
@@ -554,39 +459,16 @@ look_up_extension(void)
 	/* none are valid now; an error below leaves none, and the next step looks again */
 	forget_plans();
 
-	if (extension_plan == NULL)
-		extension_plan = prepare("SELECT e.oid, n.nspname, e.extversion FROM pg_catalog.pg_extension e"
-								 " JOIN pg_catalog.pg_namespace n ON n.oid" EQ "e.extnamespace"
-								 " WHERE e.extname" EQ "'outbox'::pg_catalog.name", 0, NULL);
-	if (SPI_execute_plan(extension_plan, NULL, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox: looking up the extension failed");
-	if (SPI_processed == 0)
+	if (!outbox_step_find_extension(&extension_oid, &schema))
 		return false;
-
-	extension_oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-												   SPI_tuptable->tupdesc, 1, &isnull));
-	schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	version = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	outbox_require_library_version(version);
 	table = get_relname_relid("outbox", get_namespace_oid(schema, false));
 	/* before the plans, which name its columns */
 	check_table(table);
 	prepare_plans(schema);
+	strlcpy(plans_schema, quote_identifier(schema), sizeof(plans_schema));
 	plans_table = table;
 	plans_extension_oid = extension_oid;
 	return true;
-}
-
-void
-outbox_require_library_version(const char *version)
-{
-	if (strcmp(version, OUTBOX_VERSION) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"outbox\" is at version %s, the library is %s",
-						version, OUTBOX_VERSION),
-				 errhint("Run ALTER EXTENSION outbox UPDATE in database \"%s\".",
-						 get_database_name(MyDatabaseId))));
 }
 
 /*
@@ -605,46 +487,6 @@ find_extension(void)
 	return true;
 }
 
-/* The transaction bracket every step runs in. */
-static void
-begin_step(const char *activity)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "outbox: SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-static void
-end_step(MemoryContext caller_context)
-{
-	PopActiveSnapshot();
-	SPI_finish();
-	CommitTransactionCommand();
-	/* CommitTransactionCommand leaves us in TopMemoryContext */
-	MemoryContextSwitchTo(caller_context);
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-static ArrayType *
-int8_array(int64 *values, int n)
-{
-	Datum	   *datums = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		datums[i] = Int64GetDatum(values[i]);
-	return construct_array(datums, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-}
-
-/*
- * Copies the headers (a jsonb object of strings) and frees the detoasted
- * jsonb: the batch keeps only the copies. The event's size counts them
- * twice: librdkafka keeps a copy of its own of every header until the
- * message's report (and of the key; the value it only points to).
- */
 static void
 copy_headers(OutboxEvent *event, Datum datum)
 {
@@ -954,7 +796,7 @@ due_keyed_retry(int shard, const int64 *window_ids, int nwindow)
 	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (isnull)
 		return PG_INT64_MAX;
-	args[1] = PointerGetDatum(int8_array((int64 *) window_ids, nwindow));
+	args[1] = PointerGetDatum(outbox_int8_array(window_ids, nwindow));
 	if (SPI_execute_plan(plans.due_keyed_min, args, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "outbox: reading events due for a retry failed");
 	min_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -1089,15 +931,15 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	bool		rotated;
 
 	memset(batch, 0, sizeof(*batch));
-	begin_step("outbox: reading a batch");
+	outbox_step_begin("outbox: reading a batch");
 	if (!find_extension())
 	{
-		end_step(batch_context);
+		outbox_step_end(batch_context);
 		return false;
 	}
 	if (held_by_subscription(batch, batch_context))
 	{
-		end_step(batch_context);
+		outbox_step_end(batch_context);
 		return true;
 	}
 	rotated = load_instance();
@@ -1128,7 +970,7 @@ outbox_read_batch(OutboxBatch *batch, int slot, int shard, const OutboxReadPosit
 	execute_read(plan, shard, batch->scan_from, receiver);
 	batch->more |= (batch->nevents == limit);
 	PopActiveSnapshot();		/* the open ids' snapshot */
-	end_step(batch_context);
+	outbox_step_end(batch_context);
 
 	/*
 	 * The worker commits asynchronously: a new instance lost in a crash
@@ -1183,7 +1025,7 @@ delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 	}
 	if (n == 0)
 		return;
-	args[1] = PointerGetDatum(int8_array(ids, n));
+	args[1] = PointerGetDatum(outbox_int8_array(ids, n));
 	if (!outbox_delete_at_positions(plans_table, tids, ids, n, &deleted))
 	{
 		Datum	   *ctids = palloc(sizeof(Datum) * n);
@@ -1233,7 +1075,7 @@ record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
 		return;
 
 	args[0] = Int32GetDatum(shard);
-	args[1] = PointerGetDatum(int8_array(ids, n));
+	args[1] = PointerGetDatum(outbox_int8_array(ids, n));
 	args[2] = PointerGetDatum(construct_array(errors, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[3] = PointerGetDatum(construct_array(permanent, n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	args[4] = PointerGetDatum(construct_array(waits, n, INT4OID, 4, true, TYPALIGN_INT));
@@ -1261,7 +1103,7 @@ outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 	MemoryContext caller_context = CurrentMemoryContext;
 	bool		current;
 
-	begin_step("outbox: settling delivered events");
+	outbox_step_begin("outbox: settling delivered events");
 	current = find_extension() && plans_extension_oid == extension_oid;
 	if (current)
 	{
@@ -1270,7 +1112,7 @@ outbox_settle_events(const char *who, OutboxEvent **events, int nevents,
 		if (policy == SETTLE_RECORDING_FAILURES)
 			record_failures(who, events, nevents, shard);
 	}
-	end_step(caller_context);
+	outbox_step_end(caller_context);
 	return current;
 }
 
@@ -1281,9 +1123,9 @@ outbox_extension_exists(void)
 	MemoryContext caller_context = CurrentMemoryContext;
 	bool		found;
 
-	begin_step("outbox: looking for the extension");
+	outbox_step_begin("outbox: looking for the extension");
 	found = find_extension();
-	end_step(caller_context);
+	outbox_step_end(caller_context);
 	return found;
 }
 
@@ -1301,7 +1143,7 @@ outbox_reshard_orphans(int shard)
 	int			moved = 0;
 	bool		found;
 
-	begin_step("outbox: adopting events of removed shards");
+	outbox_step_begin("outbox: adopting events of removed shards");
 	found = find_extension();
 	/*
 	 * a subscription's rows are the publisher's: moved to another shard,
@@ -1321,7 +1163,7 @@ outbox_reshard_orphans(int shard)
 			elog(ERROR, "outbox: adopting events of removed shards failed");
 		moved = SPI_processed;
 	}
-	end_step(caller_context);
+	outbox_step_end(caller_context);
 	return moved;
 }
 
@@ -1348,7 +1190,7 @@ outbox_oldest_pending(int shard, int64 from_id, Oid from_extension,
 	bool		found = false;
 	bool		isnull;
 
-	begin_step("outbox: looking at the oldest pending event");
+	outbox_step_begin("outbox: looking at the oldest pending event");
 	if (find_extension())
 	{
 		plan_by_index_only();
@@ -1364,7 +1206,7 @@ outbox_oldest_pending(int shard, int64 from_id, Oid from_extension,
 											  SPI_tuptable->tupdesc, 2, &isnull));
 		}
 	}
-	end_step(caller_context);
+	outbox_step_end(caller_context);
 	return found;
 }
 
@@ -1381,7 +1223,7 @@ outbox_pending_count(int shard, int64 from_id, Oid from_extension, int64 *retrie
 	bool		isnull;
 
 	*retries = 0;
-	begin_step("outbox: counting pending events");
+	outbox_step_begin("outbox: counting pending events");
 	if (find_extension())
 	{
 		plan_by_index_only();
@@ -1393,6 +1235,6 @@ outbox_pending_count(int shard, int64 from_id, Oid from_extension, int64 *retrie
 		*retries = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 											   2, &isnull));
 	}
-	end_step(caller_context);
+	outbox_step_end(caller_context);
 	return count;
 }

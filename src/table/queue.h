@@ -39,9 +39,6 @@ extern int	outbox_compare_ids(const void *a, const void *b);
 extern int	outbox_reshard_orphans(int shard);
 extern bool outbox_extension_exists(void);
 
-/* An ERROR naming both versions unless the extension is the library's. */
-extern void outbox_require_library_version(const char *version);
-
 /*
  * Where a read finds the ids the worker's window holds unsettled, of the
  * cursor's extension, at or above from_id (PG_INT64_MIN: all), palloc'd:

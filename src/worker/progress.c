@@ -26,7 +26,7 @@
  *   - of this extension (its oid) on this timeline, of this instance: all
  *     its ids are settled;
  *   - of the instance this one replaced on this timeline (the server was
- *     moved: another host or data directory, queue.c), written at a WAL
+ *     moved: another host or data directory, step.c), written at a WAL
  *     position the replacement's WAL holds (previous_until): all its ids
  *     are settled. Whichever shard rotated the instance first, each
  *     shard's recovery recognises its own last record; a copy running at
@@ -50,25 +50,19 @@
 #include "kafka/conf.h"
 #include "settings.h"
 #include "stop.h"
-#include "table/queue.h"
+#include "table/step.h"
 
 #include <librdkafka/rdkafka.h>
 
-#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/pg_lsn.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-
-#define EQ " OPERATOR(pg_catalog.=) "
 
 /* Offsets read per step of a backward search. */
 #define PROGRESS_CHUNK 10000
@@ -437,69 +431,28 @@ find_last_record(rd_kafka_t *rk, const char *topic, int32 partition, const char 
 	return true;
 }
 
-static void
-begin_sql(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "outbox: SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "outbox: settling a committed Kafka transaction");
-}
-
-static void
-end_sql(MemoryContext caller)
-{
-	PopActiveSnapshot();
-	SPI_finish();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(caller);
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-/* This database's outbox_instance, as the recovery needs it. */
-typedef struct InstanceRow
-{
-	char	   *id;
-	char	   *previous_id;	/* NULL if it replaced none */
-	XLogRecPtr	previous_until; /* this server's WAL holds previous_id's to here */
-} InstanceRow;
-
-/* The extension's schema (quoted), its oid and its instance; false if absent. */
+/*
+ * The extension's schema (quoted), its oid and its instance; false if
+ * absent. The instance as it stands, not renewed (rotate false): the read
+ * renews it (queue.c), and makes the new id durable before a batch carries
+ * it; a record of the id or of the one it replaced counts either way (the
+ * file's header).
+ */
 static bool
-look_up_extension(char **schema, Oid *oid, InstanceRow *instance)
+look_up_extension(const char **schema, Oid *oid, OutboxInstance *instance)
 {
-	bool		isnull;
-	Datum		until;
+	char	   *name;
 
-	if (SPI_execute("SELECT e.oid, pg_catalog.quote_ident(n.nspname), e.extversion"
-					" FROM pg_catalog.pg_extension e"
-					" JOIN pg_catalog.pg_namespace n ON n.oid" EQ "e.extnamespace"
-					" WHERE e.extname" EQ "'outbox'::pg_catalog.name", true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "outbox: looking up the extension failed");
-	if (SPI_processed == 0)
+	if (!outbox_step_find_extension(oid, &name))
 		return false;
-	outbox_require_library_version(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3));
-	*oid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	*schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	if (SPI_execute(psprintf("SELECT id::pg_catalog.text, previous_id::pg_catalog.text,"
-							 " previous_until FROM %s.outbox_instance", *schema),
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("outbox_instance must hold exactly one row")));
-	instance->id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	instance->previous_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
-	instance->previous_until = isnull ? InvalidXLogRecPtr : DatumGetLSN(until);
+	*schema = quote_identifier(name);
+	outbox_step_instance(*schema, false, instance);
 	return true;
 }
 
 /* Whether this server wrote the record on its timeline (the file's header). */
 static bool
-written_here(const ProgressRecord *rec, const InstanceRow *instance)
+written_here(const ProgressRecord *rec, const OutboxInstance *instance)
 {
 	if (strcmp(rec->instance, instance->id) == 0)
 		return true;
@@ -515,13 +468,13 @@ static int
 settle_record(const ProgressRecord *rec, int shard)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	char	   *schema;
-	InstanceRow instance;
+	const char *schema;
+	OutboxInstance instance;
 	Oid			extension;
 	int64		timeline = (int64) GetWALInsertionTimeLine();
 	int			settled = 0;
 
-	begin_sql();
+	outbox_step_begin("outbox: settling a committed Kafka transaction");
 	if (look_up_extension(&schema, &extension, &instance) && extension == rec->extension)
 	{
 		bool		same = (rec->timeline == timeline && written_here(rec, &instance));
@@ -531,26 +484,20 @@ settle_record(const ProgressRecord *rec, int shard)
 			settled = -1;
 		else if (same || earlier)
 		{
-			Datum	   *datums = palloc(sizeof(Datum) * Max(rec->nids, 1));
 			Oid			types[3] = {INT4OID, INT8ARRAYOID, TIMESTAMPTZOID};
 			Datum		args[3];
 
-			for (int i = 0; i < rec->nids; i++)
-				datums[i] = Int64GetDatum(rec->ids[i]);
 			args[0] = Int32GetDatum(shard);
-			args[1] = PointerGetDatum(construct_array(datums, rec->nids, INT8OID, 8,
-													  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[1] = PointerGetDatum(outbox_int8_array(rec->ids, rec->nids));
 			args[2] = TimestampTzGetDatum(same ? DT_NOEND : rec->written_at);
-			if (SPI_execute_with_args(psprintf("DELETE FROM %s.outbox WHERE shard" EQ "$1"
-											   " AND id" EQ "ANY ($2)"
-											   " AND created_at OPERATOR(pg_catalog.<=) $3",
-											   schema),
+			if (SPI_execute_with_args(outbox_delete_by_id_sql(schema,
+															  " AND created_at OPERATOR(pg_catalog.<=) $3"),
 									  3, types, args, NULL, false, 0) != SPI_OK_DELETE)
 				elog(ERROR, "outbox: settling a committed Kafka transaction failed");
 			settled = (int) SPI_processed;
 		}
 	}
-	end_sql(caller);
+	outbox_step_end(caller);
 	return settled;
 }
 

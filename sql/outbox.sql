@@ -276,7 +276,9 @@ CREATE TYPE @extschema@.outbox_explanation AS (
 -- The worker's read skips an event that has one; outbox_explain() names
 -- the first. A SQL function the planner inlines into the read: it looks
 -- the key up in outbox_held_idx (the OFFSET keeps it there, rather than a
--- walk of the retry index by id).
+-- walk of the retry index by id). Waiting for a retry is next_attempt_at
+-- past now(): the worker's rule "a retry is due" (RETRY_DUE in
+-- src/table/queue.c) turned around, as outbox_explain() says it too.
 CREATE FUNCTION @extschema@.outbox_held_by(shard integer, key bytea, id bigint)
 RETURNS TABLE (id bigint, next_attempt_at timestamptz, last_attempt_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -292,7 +294,8 @@ $$;
 REVOKE ALL ON FUNCTION @extschema@.outbox_held_by(integer, bytea, bigint) FROM PUBLIC;
 
 -- Where event id is and why it is not in Kafka yet. SECURITY DEFINER: a
--- monitoring role reads no table itself.
+-- monitoring role reads no table itself. An event is retry_wait while its
+-- next_attempt_at is past now() (the worker's RETRY_DUE, src/table/queue.c).
 CREATE FUNCTION @extschema@.outbox_explain(id bigint)
 RETURNS @extschema@.outbox_explanation
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
