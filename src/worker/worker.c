@@ -34,10 +34,10 @@
 #include "stop.h"
 #include "table/durability.h"
 #include "table/queue.h"
+#include "worker/delivery.h"
 #include "worker/lag_alert.h"
 #include "worker/session.h"
 #include "worker/solo.h"
-#include "worker/transaction.h"
 #include "worker/window.h"
 
 #include <ctype.h>
@@ -67,9 +67,6 @@
  * until outbox.batch_size of them are there): one transaction per group.
  */
 #define SETTLE_INTERVAL_MS 10
-
-/* Exactly-once: a commit or abort that timed out is called again after. */
-#define TXN_RETRY_MS 20
 
 /* How often a read held back for a partition's first report comes again. */
 #define WARMUP_RETRY_MS 100
@@ -119,7 +116,8 @@ typedef struct WorkerState
 	bool		extension_gone;	/* a read found no extension: exit */
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
-	OutboxTxn  *txn;			/* exactly-once: its Kafka transaction */
+	const OutboxDeliveryMode *delivery; /* outbox.delivery's, chosen with
+										 * the producer (delivery.h) */
 	bool		rebuild_producer;	/* settings changed or producer failed */
 	bool		no_producer;	/* creating one failed: waiting for a
 								 * settings change */
@@ -315,7 +313,7 @@ drop_producer(WorkerState *st)
 	if (st->producer != NULL)
 		outbox_producer_destroy(st->producer);
 	st->producer = NULL;
-	if (st->txn != NULL && outbox_txn_forget(st->txn))
+	if (st->delivery != NULL && st->delivery->forget())
 		outbox_window_withdraw_delivered(st->window, "its Kafka transaction was not committed");
 	st->rebuild_producer = false;
 	st->drain_deadline = 0;
@@ -339,6 +337,8 @@ ensure_producer(WorkerState *st)
 
 	if (st->producer != NULL)
 		return !st->rebuild_producer;
+	/* built from outbox.delivery too: the mode serves it until it goes */
+	st->delivery = outbox_delivery_mode();
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	st->no_producer = (st->producer == NULL);
 	if (st->producer == NULL)
@@ -598,12 +598,12 @@ settle_due(WorkerState *st)
 	int			unsettled = outbox_window_unsettled(st->window, &since);
 	int64		bytes;
 
-	if (unsettled == 0 || backing_off(st) || !outbox_txn_may_settle(st->txn))
+	if (unsettled == 0 || backing_off(st) || !st->delivery->may_settle())
 		return false;
 	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0;
 	/* a committed Kafka transaction holds the next one back until settled */
-	if (outbox_txn_committed(st->txn))
+	if (st->delivery->settle_now())
 		return true;
 	return unsettled >= outbox_batch_size ||
 		outbox_window_room(st->window, &bytes) == 0 ||
@@ -644,7 +644,7 @@ settle(WorkerState *st)
 		st->producer_refused = false;
 	}
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
-	outbox_txn_settled(st->txn, outbox_window_is_empty(st->window));
+	st->delivery->settled(outbox_window_is_empty(st->window));
 
 	if (st->rewinding && outbox_window_failed(st->window) == 0 &&
 		outbox_window_in_flight(st->window) == 0)
@@ -899,12 +899,12 @@ read_and_produce(WorkerState *st)
 	}
 	outbox_async_commits_flushed(batch->async_commits_ended);
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
-	outbox_txn_begin(st->txn, st->producer);
+	st->delivery->begin(st->producer);
 	/* in the window before the first message: an error halfway keeps it */
 	outbox_window_add(st->window, batch);
 	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
-	outbox_txn_produced(st->txn, st->producer, batch);
+	st->delivery->produced(st->producer, batch);
 	MemoryContextSwitchTo(old);
 	take_in_read(st, batch);
 	if (st->warming_up)
@@ -941,7 +941,7 @@ publish_state(WorkerState *st)
 		state = SHARD_PAUSED;
 	else if (RecoveryInProgress())
 		state = SHARD_RECOVERY;
-	else if (outbox_txn_superseded(st->txn))
+	else if (st->delivery->superseded())
 		state = SHARD_SUPERSEDED;
 	else if (st->held_by[0] != '\0')
 		state = SHARD_SUBSCRIBED;
@@ -972,7 +972,7 @@ may_read(WorkerState *st)
 	if (!ensure_producer(st))
 		return false;
 	/* exactly-once: one transaction at a time, after the recovery */
-	if (!outbox_txn_ready(st->txn, st->producer, outbox_window_is_empty(st->window)))
+	if (!st->delivery->ready(st->producer, outbox_window_is_empty(st->window)))
 		return false;
 	st->logged_wait = WAIT_NONE;
 	return true;
@@ -1041,33 +1041,35 @@ look_around(WorkerState *st)
 }
 
 /*
- * Exactly-once: once every report of the open Kafka transaction is in, it
- * is committed (the window is then settled) or aborted (what it delivered
- * is read again, a failed event takes its failure path); a commit whose
- * outcome is unknown, or a fenced producer, makes a new producer, whose
- * recovery settles what did commit.
+ * Once every report is in, the delivery mode says what follows (exactly
+ * once: the Kafka transaction committed, aborted, or its outcome is
+ * unknown); what it did not make final is read again, a failed event
+ * taking its failure path.
  */
 static void
-finish_transaction(WorkerState *st)
+finish_delivery(WorkerState *st)
 {
-	switch (outbox_txn_finish(st->txn, st->producer, st->window))
+	DeliveryFinish outcome = st->delivery->finish(st->producer, st->window);
+
+	switch (outcome)
 	{
-		case TXN_NOTHING:
+		case FINISH_NOTHING:
 			break;
-		case TXN_COMMITTED:
+		case FINISH_SETTLE:
 			st->read_wanted = true;
 			break;
-		case TXN_ABORTED:
+		case FINISH_READ_AGAIN:
+		case FINISH_READ_AGAIN_LATER:
 			outbox_window_withdraw_delivered(st->window, "its Kafka transaction was aborted");
 			st->rewinding = true;
-			/* the progress record, not an event, failed: wait before the next */
-			if (outbox_txn_progress_failed(st->txn))
+			/* the mode's own record, not an event, failed: wait before the next */
+			if (outcome == FINISH_READ_AGAIN_LATER)
 			{
 				st->kafka_failures++;
 				back_off(st);
 			}
 			break;
-		case TXN_LOST_OUTCOME:
+		case FINISH_REBUILD:
 			outbox_window_withdraw_delivered(st->window,
 											 "its Kafka transaction's outcome is unknown");
 			st->rewinding = true;
@@ -1088,7 +1090,7 @@ deliver(WorkerState *st)
 		return;
 	serve_reports(st);
 	time_out_in_flight(st);
-	finish_transaction(st);
+	finish_delivery(st);
 	if (draining(st))
 		give_up_late_reports(st);
 	if (settle_due(st))
@@ -1257,8 +1259,8 @@ idle_ms(WorkerState *st)
 	if ((deadline = time_out_due(st)) != 0)
 		ms = Min(ms, ms_until(deadline));
 	/* a commit or abort that timed out is called again soon */
-	if (outbox_txn_waiting(st->txn))
-		ms = Min(ms, TXN_RETRY_MS);
+	if ((deadline = st->delivery->call_again_at()) != 0)
+		ms = Min(ms, ms_until(deadline));
 	return Max(ms, 0);
 }
 
@@ -1371,7 +1373,7 @@ outbox_worker_main(Datum main_arg)
 	connect_to_database(st);
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
-	st->txn = outbox_txn_create(st->shard, worker_name);
+	st->delivery = outbox_delivery_start(st->shard, worker_name);
 	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											 ALLOCSET_DEFAULT_SIZES);
 	st->read_wanted = true;
