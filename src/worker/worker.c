@@ -182,6 +182,18 @@ ms_until(TimestampTz t)
 }
 
 /*
+ * Each rule of when something is due is one function returning the time
+ * (0: not due of itself; a report, a commit or another rule brings it),
+ * which the pass acts on once it came and the worker sleeps until
+ * (idle_ms).
+ */
+static bool
+due_now(TimestampTz due)
+{
+	return due != 0 && GetCurrentTimestamp() >= due;
+}
+
+/*
  * Without the extension (never created, or dropped) the worker exits once
  * it holds nothing; the launcher learns it from the slot. A look of its own
  * decides, not an earlier read's: the extension may be back since. Part of
@@ -399,11 +411,11 @@ time_out_due(WorkerState *st)
 static void
 time_out_in_flight(WorkerState *st)
 {
-	TimestampTz due = time_out_due(st);
 	TimestampTz now;
 
-	if (due == 0 || (now = GetCurrentTimestamp()) < due)
+	if (!due_now(time_out_due(st)))
 		return;
+	now = GetCurrentTimestamp();
 	outbox_producer_time_out(st->producer,
 							 TimestampTzPlusMilliseconds(now, -outbox_producer_timeout_ms(st->producer)));
 	st->withdrawn_at = now;
@@ -466,26 +478,35 @@ drain_wait_ms(WorkerState *st)
 }
 
 /*
+ * When a drain with reports in flight gives up on them: drain_wait_ms
+ * after its first look, by a stop's deadline at the latest.
+ */
+static TimestampTz
+drain_due(WorkerState *st)
+{
+	if (!draining(st) || outbox_window_in_flight(st->window) == 0 || st->producer == NULL)
+		return 0;
+	if (st->drain_deadline == 0)
+		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 drain_wait_ms(st));
+	if (stopping() && st->stop_deadline != 0)
+		st->drain_deadline = Min(st->drain_deadline, st->stop_deadline);
+	return st->drain_deadline;
+}
+
+/*
  * A stop request (SIGTERM) or a producer rebuild waits for the reports in
- * flight (drain_wait_ms; a stop during a rebuild by the stop's deadline),
- * then purges the rest: it stays in the outbox for the next attempt.
- * Reports that do not come back even then leave their events' fate
- * unknown, and the producer goes (destroying it is the only way to be sure
- * no late report lands in memory about to be reused).
+ * flight (drain_due), then purges the rest: it stays in the outbox for the
+ * next attempt. Reports that do not come back even then leave their
+ * events' fate unknown, and the producer goes (destroying it is the only
+ * way to be sure no late report lands in memory about to be reused).
  */
 static void
 give_up_late_reports(WorkerState *st)
 {
 	OutboxReports reports = {0};
 
-	if (outbox_window_in_flight(st->window) == 0 || st->producer == NULL)
-		return;
-	if (st->drain_deadline == 0)
-		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 drain_wait_ms(st));
-	if (stopping() && st->stop_deadline != 0)
-		st->drain_deadline = Min(st->drain_deadline, st->stop_deadline);
-	if (GetCurrentTimestamp() < st->drain_deadline)
+	if (!due_now(drain_due(st)))
 		return;
 	outbox_producer_purge(st->producer, &reports);
 	outbox_window_reported(st->window, &reports);
@@ -587,11 +608,12 @@ any_delivered(OutboxEvent **events, int n)
 }
 
 /*
- * Whether to settle now: in groups while the pipeline runs, at once after
- * a Kafka transaction committed; after a failure or when stopping, once,
- * when every report is in.
+ * When to settle: in groups while the pipeline runs (SETTLE_INTERVAL_MS
+ * after the first acknowledgement, at once for a full group or window),
+ * at once after a Kafka transaction committed; after a failure or when
+ * stopping, once, when every report is in.
  */
-static bool
+static TimestampTz
 settle_due(WorkerState *st)
 {
 	TimestampTz since;
@@ -599,15 +621,14 @@ settle_due(WorkerState *st)
 	int64		bytes;
 
 	if (unsettled == 0 || backing_off(st) || !st->delivery->may_settle())
-		return false;
+		return 0;
 	if (worker_mode(st) != MODE_PRODUCING)
-		return outbox_window_in_flight(st->window) == 0;
+		return outbox_window_in_flight(st->window) == 0 ? GetCurrentTimestamp() : 0;
 	/* a committed Kafka transaction holds the next one back until settled */
-	if (st->delivery->settle_now())
-		return true;
-	return unsettled >= outbox_batch_size ||
-		outbox_window_room(st->window, &bytes) == 0 ||
-		ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)) <= 0;
+	if (st->delivery->settle_now() || unsettled >= outbox_batch_size ||
+		outbox_window_room(st->window, &bytes) == 0)
+		return GetCurrentTimestamp();
+	return TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS);
 }
 
 /*
@@ -696,25 +717,33 @@ waiting_for_solo(WorkerState *st)
 }
 
 /*
- * A read held events back for their partition's first acknowledgement
- * (partition_warmup.c): the next read waits until the settle took them out
- * of the window (a read before would not see them, and could send their
- * keys' later events first), and until a report came or a while passed (a
- * partition whose first report does not come holds back nothing else).
+ * When the next read is due: at once when wanted (a commit woke us, or a
+ * read stopped at a limit), else at the poll; only while the pipeline may
+ * produce and the window has room, and not while an event to send alone
+ * waits. After a read held events back for their partition's first
+ * acknowledgement (partition_warmup.c), once the settle took them out of
+ * the window (a read before would not see them, and could send their
+ * keys' later events first), and a report came or WARMUP_RETRY_MS passed
+ * (a partition whose first report does not come holds back nothing else).
  */
-static bool
-waiting_for_warmup(WorkerState *st)
+static TimestampTz
+read_due(WorkerState *st)
 {
 	TimestampTz since;
+	int64		bytes;
 
-	if (!st->warming_up)
-		return false;
-	if (outbox_window_unsettled(st->window, &since) > 0 ||
-		(!st->warmup_reported && GetCurrentTimestamp() < st->warmup_retry_at))
-		return true;
-	st->warming_up = false;
-	st->read_wanted = true;
-	return false;
+	if (!may_produce(st) || waiting_for_solo(st) || outbox_window_room(st->window, &bytes) <= 0)
+		return 0;
+	if (st->warming_up)
+	{
+		if (outbox_window_unsettled(st->window, &since) > 0)
+			return 0;
+		if (!st->warmup_reported && GetCurrentTimestamp() < st->warmup_retry_at)
+			return st->warmup_retry_at;
+		st->warming_up = false;
+		st->read_wanted = true;
+	}
+	return st->read_wanted ? GetCurrentTimestamp() : st->next_read_at;
 }
 
 /*
@@ -1014,6 +1043,13 @@ look_at_lag(WorkerState *st)
 	outbox_check_lag(worker_name, st->shard, from, st->cursor_extension);
 }
 
+/* The look around's clock, the only one (lag_alert.c has none of its own). */
+static TimestampTz
+look_due(WorkerState *st)
+{
+	return TimestampTzPlusMilliseconds(st->last_look, LOOK_AROUND_MS);
+}
+
 /*
  * What the worker does about once a second whatever it is waiting for:
  * publish what its producer knows of Kafka, and look at the shard's lag.
@@ -1022,11 +1058,9 @@ look_at_lag(WorkerState *st)
 static void
 look_around(WorkerState *st)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (!TimestampDifferenceExceeds(st->last_look, now, LOOK_AROUND_MS))
+	if (!due_now(look_due(st)))
 		return;
-	st->last_look = now;
+	st->last_look = GetCurrentTimestamp();
 	if (st->producer != NULL)
 	{
 		outbox_producer_report_state(st->producer);
@@ -1093,7 +1127,7 @@ deliver(WorkerState *st)
 	finish_delivery(st);
 	if (draining(st))
 		give_up_late_reports(st);
-	if (settle_due(st))
+	if (due_now(settle_due(st)))
 		settle(st);
 	drop_drained_producer(st);
 	if (!st->adopted_orphans && may_read(st))
@@ -1107,12 +1141,11 @@ deliver(WorkerState *st)
 		st->adopted_orphans = (adopted >= 0);
 	}
 	/* (a report wakes the worker when a solo or held-back event may go) */
-	if ((st->read_wanted || GetCurrentTimestamp() >= st->next_read_at) &&
-		!waiting_for_solo(st) && !waiting_for_warmup(st))
+	if (due_now(read_due(st)))
 	{
 		if (may_read(st))
 			read_and_produce(st);
-		else if (may_produce(st))
+		else
 		{
 			/* paused, in recovery or without a producer: look again later */
 			st->read_wanted = false;
@@ -1228,40 +1261,41 @@ wait_set(WorkerState *st)
 	return st->wait_set;
 }
 
-/* How long nothing is due: a read, a settle, the end of a back-off or drain. */
+/*
+ * The first time something is due, by the rules the pass acts on, and the
+ * stop's deadline (handle_interrupts) and the back-off's end. Never 0: the
+ * look around is always due at some time.
+ */
+static TimestampTz
+next_due(WorkerState *st)
+{
+	TimestampTz due[] = {
+		st->stop_deadline,
+		backing_off(st) ? st->backoff_until : 0,
+		look_due(st),
+		read_due(st),
+		settle_due(st),
+		drain_due(st),
+		time_out_due(st),
+		/* a commit or abort that timed out is called again soon */
+		st->delivery->call_again_at(),
+	};
+	TimestampTz next = 0;
+
+	for (size_t i = 0; i < lengthof(due); i++)
+		if (due[i] != 0 && (next == 0 || due[i] < next))
+			next = due[i];
+	return next;
+}
+
+/* How long nothing is due. */
 static long
 idle_ms(WorkerState *st)
 {
-	long		ms = LOOK_AROUND_MS;
-	TimestampTz since;
-	TimestampTz deadline;
-	int64		bytes;
-
 	/* a stop waits for nothing once the window is empty */
 	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
 		return 0;
-	if (st->stop_deadline != 0)
-		ms = Min(ms, ms_until(st->stop_deadline));
-	if (may_produce(st))
-	{
-		if (st->warming_up && !st->warmup_reported)
-			ms = Min(ms, ms_until(st->warmup_retry_at));
-		if (!waiting_for_solo(st) && !waiting_for_warmup(st) &&
-			outbox_window_room(st->window, &bytes) > 0)
-			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
-		if (outbox_window_unsettled(st->window, &since) > 0)
-			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
-	}
-	else if (backing_off(st))
-		ms = Min(ms, ms_until(st->backoff_until));
-	if (st->drain_deadline != 0)
-		ms = Min(ms, ms_until(st->drain_deadline));
-	if ((deadline = time_out_due(st)) != 0)
-		ms = Min(ms, ms_until(deadline));
-	/* a commit or abort that timed out is called again soon */
-	if ((deadline = st->delivery->call_again_at()) != 0)
-		ms = Min(ms, ms_until(deadline));
-	return Max(ms, 0);
+	return Max(Min(LOOK_AROUND_MS, ms_until(next_due(st))), 0);
 }
 
 /*
