@@ -12,9 +12,10 @@
  * The worker calls in as its delivery mode (delivery.h): before a read
  * (ready), around the produce of a read (begin, produced), once every
  * report is in (finish: close, commit or abort), when it settles, and
- * when its producer goes. A transaction closes, its progress record naming every
- * event it carries produced right after them, at its first short read
- * (the backlog is drained) or once it reaches MAX_TRANSACTION_EVENTS; a
+ * when its producer goes. A transaction closes, its progress record
+ * naming every event it carries produced right after them, at its first
+ * short read (the backlog is drained) or once it reaches
+ * MAX_TRANSACTION_EVENTS; a
  * drain's full reads accumulate in it until then, and in any case it
  * takes no read once what it produced is all acknowledged (the record
  * then names what was delivered). It commits once every report is in and
