@@ -63,7 +63,7 @@ produced(OutboxProducer *producer, OutboxBatch *batch)
 }
 
 static DeliveryFinish
-finish(OutboxProducer *producer, OutboxWindow *window)
+finish(OutboxProducer *producer, OutboxWindow *window, const char **why)
 {
 	return FINISH_NOTHING;
 }
@@ -79,6 +79,12 @@ call_again_at(void)
 	return 0;
 }
 
+static const char *
+forget(void)
+{
+	return NULL;
+}
+
 const OutboxDeliveryMode outbox_at_least_once = {
 	.name = "at_least_once",
 	.start = NULL,
@@ -91,5 +97,5 @@ const OutboxDeliveryMode outbox_at_least_once = {
 	.settled = settled,
 	.call_again_at = call_again_at,
 	.superseded = never,
-	.forget = never,
+	.forget = forget,
 };

@@ -47,8 +47,12 @@ typedef struct OutboxDeliveryMode
 	void		(*begin) (OutboxProducer *producer);
 	void		(*produced) (OutboxProducer *producer, OutboxBatch *batch);
 
-	/* Once every report is in (called every pass; NULL producer: none). */
-	DeliveryFinish (*finish) (OutboxProducer *producer, OutboxWindow *window);
+	/*
+	 * Once every report is in (called every pass; NULL producer: none);
+	 * *why: what the events read again are told.
+	 */
+	DeliveryFinish (*finish) (OutboxProducer *producer, OutboxWindow *window,
+							  const char **why);
 
 	/* Whether the window may be settled; whether at once. */
 	bool		(*may_settle) (void);
@@ -64,10 +68,10 @@ typedef struct OutboxDeliveryMode
 	bool		(*superseded) (void);
 
 	/*
-	 * The producer goes; true if what the window delivered must be read
-	 * again (the mode had not made it final).
+	 * The producer goes: why what the window delivered must be read again
+	 * (the mode had not made it final), NULL if it need not.
 	 */
-	bool		(*forget) (void);
+	const char *(*forget) (void);
 } OutboxDeliveryMode;
 
 extern const OutboxDeliveryMode outbox_at_least_once;	/* delivery.c */

@@ -577,7 +577,7 @@ finish_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *windo
  * what did commit.
  */
 static DeliveryFinish
-finish(OutboxProducer *producer, OutboxWindow *window)
+finish(OutboxProducer *producer, OutboxWindow *window, const char **why)
 {
 	switch (finish_transaction(shard_txn, producer, window))
 	{
@@ -586,8 +586,10 @@ finish(OutboxProducer *producer, OutboxWindow *window)
 		case TXN_COMMITTED:
 			return FINISH_SETTLE;
 		case TXN_ABORTED:
+			*why = "its Kafka transaction was aborted";
 			return shard_txn->progress_failed ? FINISH_READ_AGAIN_LATER : FINISH_READ_AGAIN;
 		case TXN_LOST_OUTCOME:
+			*why = "its Kafka transaction's outcome is unknown";
 			return FINISH_REBUILD;
 	}
 	return FINISH_NOTHING;
@@ -644,7 +646,7 @@ settled(bool window_empty)
  * producer: withdrawn (it may have been, by the coordinator: the recovery
  * reads that back).
  */
-static bool
+static const char *
 forget(void)
 {
 	OutboxTxn  *txn = shard_txn;
@@ -655,7 +657,7 @@ forget(void)
 	txn->waiting = false;
 	txn->lost_told = false;
 	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
-	return was_open;
+	return was_open ? "its Kafka transaction was not committed" : NULL;
 }
 
 const OutboxDeliveryMode outbox_exactly_once = {

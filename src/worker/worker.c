@@ -322,11 +322,13 @@ reload_settings(WorkerState *st)
 static void
 drop_producer(WorkerState *st)
 {
+	const char *why;
+
 	if (st->producer != NULL)
 		outbox_producer_destroy(st->producer);
 	st->producer = NULL;
-	if (st->delivery != NULL && st->delivery->forget())
-		outbox_window_withdraw_delivered(st->window, "its Kafka transaction was not committed");
+	if (st->delivery != NULL && (why = st->delivery->forget()) != NULL)
+		outbox_window_withdraw_delivered(st->window, why);
 	st->rebuild_producer = false;
 	st->drain_deadline = 0;
 	if (st->wait_set != NULL)
@@ -610,8 +612,10 @@ any_delivered(OutboxEvent **events, int n)
 /*
  * When to settle: in groups while the pipeline runs (SETTLE_INTERVAL_MS
  * after the first acknowledgement, at once for a full group or window),
- * at once after a Kafka transaction committed; after a failure or when
- * stopping, once, when every report is in.
+ * at once when the delivery mode says so (exactly once: a Kafka
+ * transaction committed, and holds the next one back until settled);
+ * after a failure or when stopping, once, when every report is in; never
+ * while the mode forbids it (exactly once: a transaction open).
  */
 static TimestampTz
 settle_due(WorkerState *st)
@@ -624,7 +628,6 @@ settle_due(WorkerState *st)
 		return 0;
 	if (worker_mode(st) != MODE_PRODUCING)
 		return outbox_window_in_flight(st->window) == 0 ? GetCurrentTimestamp() : 0;
-	/* a committed Kafka transaction holds the next one back until settled */
 	if (st->delivery->settle_now() || unsettled >= outbox_batch_size ||
 		outbox_window_room(st->window, &bytes) == 0)
 		return GetCurrentTimestamp();
@@ -1000,7 +1003,7 @@ may_read(WorkerState *st)
 	}
 	if (!ensure_producer(st))
 		return false;
-	/* exactly-once: one transaction at a time, after the recovery */
+	/* the mode's gate (exactly once: a transaction at a time, after recovery) */
 	if (!st->delivery->ready(st->producer, outbox_window_is_empty(st->window)))
 		return false;
 	st->logged_wait = WAIT_NONE;
@@ -1083,7 +1086,8 @@ look_around(WorkerState *st)
 static void
 finish_delivery(WorkerState *st)
 {
-	DeliveryFinish outcome = st->delivery->finish(st->producer, st->window);
+	const char *why = NULL;
+	DeliveryFinish outcome = st->delivery->finish(st->producer, st->window, &why);
 
 	switch (outcome)
 	{
@@ -1094,7 +1098,7 @@ finish_delivery(WorkerState *st)
 			break;
 		case FINISH_READ_AGAIN:
 		case FINISH_READ_AGAIN_LATER:
-			outbox_window_withdraw_delivered(st->window, "its Kafka transaction was aborted");
+			outbox_window_withdraw_delivered(st->window, why);
 			st->rewinding = true;
 			/* the mode's own record, not an event, failed: wait before the next */
 			if (outcome == FINISH_READ_AGAIN_LATER)
@@ -1104,8 +1108,7 @@ finish_delivery(WorkerState *st)
 			}
 			break;
 		case FINISH_REBUILD:
-			outbox_window_withdraw_delivered(st->window,
-											 "its Kafka transaction's outcome is unknown");
+			outbox_window_withdraw_delivered(st->window, why);
 			st->rewinding = true;
 			st->rebuild_producer = true;
 			break;
