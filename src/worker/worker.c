@@ -723,11 +723,13 @@ waiting_for_solo(WorkerState *st)
  * When the next read is due: at once when wanted (a commit woke us, or a
  * read stopped at a limit), else at the poll; only while the pipeline may
  * produce and the window has room, and not while an event to send alone
- * waits. After a read held events back for their partition's first
- * acknowledgement (partition_warmup.c), once the settle took them out of
- * the window (a read before would not see them, and could send their
- * keys' later events first), and a report came or WARMUP_RETRY_MS passed
- * (a partition whose first report does not come holds back nothing else).
+ * waits.
+ *
+ * A read held events back for their partition's first acknowledgement
+ * (partition_warmup.c): the next read waits until the settle took them out
+ * of the window (a read before would not see them, and could send their
+ * keys' later events first), and until a report came or a while passed (a
+ * partition whose first report does not come holds back nothing else).
  */
 static TimestampTz
 read_due(WorkerState *st)
