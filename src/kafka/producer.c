@@ -1235,13 +1235,6 @@ outbox_producer_publish_brokers(OutboxProducer *producer)
 	outbox_kafka_stats_publish(producer->kafka);
 }
 
-/* Whether it was built for exactly-once delivery (transactional). */
-bool
-outbox_producer_transactional(OutboxProducer *producer)
-{
-	return producer->transactional;
-}
-
 /* The librdkafka handle, for transaction.c's calls. */
 struct rd_kafka_s *
 outbox_producer_handle(OutboxProducer *producer)

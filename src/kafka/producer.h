@@ -91,7 +91,6 @@ extern void outbox_producer_probe(OutboxProducer *producer);
 /* Exactly-once (transaction.c): the transactional producer's extras. */
 struct rd_kafka_s;
 extern void outbox_producer_set_transactional_id(const char *id);
-extern bool outbox_producer_transactional(OutboxProducer *producer);
 extern struct rd_kafka_s *outbox_producer_handle(OutboxProducer *producer);
 extern bool outbox_producer_produce_progress(OutboxProducer *producer, const char *topic,
 											 int32 partition, const char *key,

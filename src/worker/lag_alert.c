@@ -23,10 +23,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#define CHECK_INTERVAL_MS 1000
 #define MIN_LINE_INTERVAL_MS (10 * 1000)
-
-static TimestampTz last_check = 0;
 
 static void
 report(const char *who, int shard, int64 from_id, Oid from_extension, bool late, double lag_s)
@@ -79,7 +76,8 @@ check(const char *who, int shard, int64 from_id, Oid from_extension, TimestampTz
 /*
  * Looks at the lag of the shard's events from from_id on (of the extension
  * from_extension; another is looked at from its start) and of those
- * waiting for a retry below it, at most once a second. Runs its own
+ * waiting for a retry below it; the worker's look around calls it, at most
+ * once a second (its clock is the only one). Runs its own
  * transactions, so it must be called outside one; an error is logged and
  * leaves the worker's state as it was.
  */
@@ -90,10 +88,8 @@ outbox_check_lag(const char *who, int shard, int64 from_id, Oid from_extension)
 	uint32		holdoff = InterruptHoldoffCount;
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (outbox_lag_warning_ms <= 0 || RecoveryInProgress() ||
-		!TimestampDifferenceExceeds(last_check, now, CHECK_INTERVAL_MS))
+	if (outbox_lag_warning_ms <= 0 || RecoveryInProgress())
 		return;
-	last_check = now;
 	PG_TRY();
 	{
 		check(who, shard, from_id, from_extension, now);

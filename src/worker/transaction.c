@@ -9,12 +9,13 @@
  *		anything is produced. So a read_committed consumer sees each event
  *		once, whatever crashes between producing, committing and settling.
  *
- * The worker calls in at a few points (worker.c): before a read (ready),
- * around the produce of a read (begin, produced), once every report is in
- * (finish: close, commit or abort), when it settles, and when its
- * producer goes. A transaction closes, its progress record naming every
- * event it carries produced right after them, at its first short read
- * (the backlog is drained) or once it reaches MAX_TRANSACTION_EVENTS; a
+ * The worker calls in as its delivery mode (delivery.h): before a read
+ * (ready), around the produce of a read (begin, produced), once every
+ * report is in (finish: close, commit or abort), when it settles, and
+ * when its producer goes. A transaction closes, its progress record
+ * naming every event it carries produced right after them, at its first
+ * short read (the backlog is drained) or once it reaches
+ * MAX_TRANSACTION_EVENTS; a
  * drain's full reads accumulate in it until then, and in any case it
  * takes no read once what it produced is all acknowledged (the record
  * then names what was delivered). It commits once every report is in and
@@ -46,7 +47,7 @@
  * they are resumable, and between two the worker serves interrupts and
  * its loop (SIGTERM, barriers).
  */
-#include "worker/transaction.h"
+#include "worker/delivery.h"
 #include "settings.h"
 #include "shared/stats.h"
 #include "stop.h"
@@ -79,6 +80,18 @@
 /* How long a test pause lasts at most. */
 #define TEST_PAUSE_MS 60000
 
+/* A commit or abort that timed out is called again after. */
+#define CALL_AGAIN_MS 20
+
+/* What finish_transaction found. */
+typedef enum TxnOutcome
+{
+	TXN_NOTHING,				/* nothing open, not due yet, or to call again */
+	TXN_COMMITTED,				/* settle the window */
+	TXN_ABORTED,				/* read its delivered events again */
+	TXN_LOST_OUTCOME			/* fenced or unknown: rebuild the producer */
+} TxnOutcome;
+
 typedef enum TxnState
 {
 	TS_NEED_INIT,
@@ -90,7 +103,7 @@ typedef enum TxnState
 	TS_SUPERSEDED
 } TxnState;
 
-struct OutboxTxn
+typedef struct OutboxTxn
 {
 	TxnState	state;
 	int			shard;
@@ -111,12 +124,16 @@ struct OutboxTxn
 	int			nids;
 	int			ids_cap;
 	Oid			extension;		/* of its reads, InvalidOid if they differ */
-};
+} OutboxTxn;
+
+/* The worker's shard's (one worker a process). */
+static OutboxTxn *shard_txn;
 
 static void publish(OutboxTxn *txn, bool transactional);
 
-OutboxTxn *
-outbox_txn_create(int shard, const char *who)
+/* Sets the transactional.id of (system, database, shard) for the producers. */
+static void
+start(int shard, const char *who)
 {
 	OutboxTxn  *txn = MemoryContextAllocZero(TopMemoryContext, sizeof(OutboxTxn));
 
@@ -127,7 +144,7 @@ outbox_txn_create(int shard, const char *who)
 			 GetSystemIdentifier(), MyDatabaseId, shard);
 	outbox_producer_set_transactional_id(txn->key);
 	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
-	return txn;
+	shard_txn = txn;
 }
 
 static void
@@ -229,11 +246,16 @@ recover(OutboxTxn *txn)
 	txn->state = TS_READY;
 }
 
-bool
-outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool window_empty)
+/*
+ * A read may be produced once transactions are initialised, and the last
+ * committed transaction settled (the window empty), or while a transaction
+ * open takes more reads.
+ */
+static bool
+ready(OutboxProducer *producer, bool window_empty)
 {
-	if (!outbox_producer_transactional(producer))
-		return true;
+	OutboxTxn  *txn = shard_txn;
+
 	if (txn->state == TS_NEED_INIT)
 	{
 		if (!init_transactions(txn, outbox_producer_handle(producer)))
@@ -259,12 +281,13 @@ outbox_txn_ready(OutboxTxn *txn, OutboxProducer *producer, bool window_empty)
 	return txn->state == TS_READY && window_empty;
 }
 
-void
-outbox_txn_begin(OutboxTxn *txn, OutboxProducer *producer)
+static void
+begin(OutboxProducer *producer)
 {
+	OutboxTxn  *txn = shard_txn;
 	rd_kafka_error_t *error;
 
-	if (!outbox_producer_transactional(producer) || txn->state == TS_OPEN)
+	if (txn->state == TS_OPEN)
 		return;
 	Assert(txn->state == TS_READY);
 	error = rd_kafka_begin_transaction(outbox_producer_handle(producer));
@@ -402,12 +425,17 @@ closes_now(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
 		RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
-void
-outbox_txn_produced(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
+/*
+ * After a short read (or a full transaction) the transaction closes: its
+ * progress record goes out at once.
+ */
+static void
+produced(OutboxProducer *producer, OutboxBatch *batch)
 {
+	OutboxTxn  *txn = shard_txn;
 	int			n;
 
-	if (!outbox_producer_transactional(producer) || txn->state != TS_OPEN)
+	if (txn->state != TS_OPEN)
 		return;
 	n = remember_produced(txn, batch);
 	txn->events += n;
@@ -478,17 +506,22 @@ commit_transaction(OutboxTxn *txn, rd_kafka_t *rk, const OutboxProgressReport *p
 	return TXN_LOST_OUTCOME;
 }
 
-TxnOutcome
-outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window)
+/*
+ * Once every report of the window is in: close the transaction (its
+ * progress record) if the last read did not, then commit it; abort it if
+ * an event failed.
+ */
+static TxnOutcome
+finish_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window)
 {
 	const OutboxProgressReport *progress;
 	rd_kafka_t *rk;
 	TxnOutcome	outcome;
 	int			failed = outbox_window_failed(window);
 
-	if (producer == NULL || !outbox_producer_transactional(producer))
+	if (producer == NULL)
 		return TXN_NOTHING;
-	/* lost outside finish (an abort in outbox_txn_produced): said once */
+	/* lost outside finish (an abort in produced): said once */
 	if (txn->state == TS_LOST && !txn->lost_told)
 	{
 		txn->lost_told = true;
@@ -536,40 +569,71 @@ outbox_txn_finish(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *window
 	return outcome;
 }
 
-/* Whether the transaction's record was the failure (no event's fault). */
-bool
-outbox_txn_progress_failed(OutboxTxn *txn)
+/*
+ * A commit: the window is settled at once (it holds the next transaction
+ * back). An abort: what it delivered is read again, after a back-off when
+ * the progress record, not an event, failed. A commit whose outcome is
+ * unknown, or a fenced producer: a new producer, whose recovery settles
+ * what did commit.
+ */
+static DeliveryFinish
+finish(OutboxProducer *producer, OutboxWindow *window, const char **why)
 {
-	return txn->progress_failed;
+	switch (finish_transaction(shard_txn, producer, window))
+	{
+		case TXN_NOTHING:
+			break;
+		case TXN_COMMITTED:
+			return FINISH_SETTLE;
+		case TXN_ABORTED:
+			*why = "its Kafka transaction was aborted";
+			return shard_txn->progress_failed ? FINISH_READ_AGAIN_LATER : FINISH_READ_AGAIN;
+		case TXN_LOST_OUTCOME:
+			*why = "its Kafka transaction's outcome is unknown";
+			return FINISH_REBUILD;
+	}
+	return FINISH_NOTHING;
 }
 
-bool
-outbox_txn_may_settle(OutboxTxn *txn)
+/* No settle while a transaction is open. */
+static bool
+may_settle(void)
 {
-	return txn->state != TS_OPEN;
+	return shard_txn->state != TS_OPEN;
 }
 
-bool
-outbox_txn_committed(OutboxTxn *txn)
+/* A committed transaction waits for its settle. */
+static bool
+settle_now(void)
 {
-	return txn->state == TS_COMMITTED;
+	return shard_txn->state == TS_COMMITTED;
 }
 
-bool
-outbox_txn_superseded(OutboxTxn *txn)
+/*
+ * A later timeline's progress record was found: another server delivers
+ * this shard, this one delivers nothing.
+ */
+static bool
+superseded(void)
 {
-	return txn->state == TS_SUPERSEDED;
+	return shard_txn->state == TS_SUPERSEDED;
 }
 
-bool
-outbox_txn_waiting(OutboxTxn *txn)
+/* A commit or abort is to be called again soon. */
+static TimestampTz
+call_again_at(void)
 {
-	return txn->waiting;
+	if (!shard_txn->waiting)
+		return 0;
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CALL_AGAIN_MS);
 }
 
-void
-outbox_txn_settled(OutboxTxn *txn, bool window_empty)
+/* A committed transaction is done once the window is empty. */
+static void
+settled(bool window_empty)
 {
+	OutboxTxn  *txn = shard_txn;
+
 	if (txn->state != TS_COMMITTED || !window_empty)
 		return;
 	txn->state = TS_READY;
@@ -582,9 +646,10 @@ outbox_txn_settled(OutboxTxn *txn, bool window_empty)
  * producer: withdrawn (it may have been, by the coordinator: the recovery
  * reads that back).
  */
-bool
-outbox_txn_forget(OutboxTxn *txn)
+static const char *
+forget(void)
 {
+	OutboxTxn  *txn = shard_txn;
 	bool		was_open = (txn->state == TS_OPEN || txn->state == TS_LOST);
 
 	if (txn->state != TS_SUPERSEDED)
@@ -592,5 +657,20 @@ outbox_txn_forget(OutboxTxn *txn)
 	txn->waiting = false;
 	txn->lost_told = false;
 	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
-	return was_open;
+	return was_open ? "its Kafka transaction was not committed" : NULL;
 }
+
+const OutboxDeliveryMode outbox_exactly_once = {
+	.name = "exactly_once",
+	.start = start,
+	.ready = ready,
+	.begin = begin,
+	.produced = produced,
+	.finish = finish,
+	.may_settle = may_settle,
+	.settle_now = settle_now,
+	.settled = settled,
+	.call_again_at = call_again_at,
+	.superseded = superseded,
+	.forget = forget,
+};

@@ -35,10 +35,10 @@
 #include "stop.h"
 #include "table/durability.h"
 #include "table/queue.h"
+#include "worker/delivery.h"
 #include "worker/lag_alert.h"
 #include "worker/session.h"
 #include "worker/solo.h"
-#include "worker/transaction.h"
 #include "worker/window.h"
 
 #include <ctype.h>
@@ -68,9 +68,6 @@
  * until outbox.batch_size of them are there): one transaction per group.
  */
 #define SETTLE_INTERVAL_MS 10
-
-/* Exactly-once: a commit or abort that timed out is called again after. */
-#define TXN_RETRY_MS 20
 
 /* How often a read held back for a partition's first report comes again. */
 #define WARMUP_RETRY_MS 100
@@ -120,7 +117,8 @@ typedef struct WorkerState
 	bool		extension_gone;	/* a read found no extension: exit */
 	bool		exit_now;		/* no extension and nothing held */
 	OutboxProducer *producer;
-	OutboxTxn  *txn;			/* exactly-once: its Kafka transaction */
+	const OutboxDeliveryMode *delivery; /* outbox.delivery's, chosen with
+										 * the producer (delivery.h) */
 	bool		rebuild_producer;	/* settings changed or producer failed */
 	bool		no_producer;	/* creating one failed: waiting for a
 								 * settings change */
@@ -182,6 +180,18 @@ ms_until(TimestampTz t)
 		return 0;
 	TimestampDifference(GetCurrentTimestamp(), t, &secs, &usecs);
 	return secs * 1000 + usecs / 1000;
+}
+
+/*
+ * Each rule of when something is due is one function returning the time
+ * (0: not due of itself; a report, a commit or another rule brings it),
+ * which the pass acts on once it came and the worker sleeps until
+ * (idle_ms).
+ */
+static bool
+due_now(TimestampTz due)
+{
+	return due != 0 && GetCurrentTimestamp() >= due;
 }
 
 /*
@@ -313,11 +323,13 @@ reload_settings(WorkerState *st)
 static void
 drop_producer(WorkerState *st)
 {
+	const char *why;
+
 	if (st->producer != NULL)
 		outbox_producer_destroy(st->producer);
 	st->producer = NULL;
-	if (st->txn != NULL && outbox_txn_forget(st->txn))
-		outbox_window_withdraw_delivered(st->window, "its Kafka transaction was not committed");
+	if (st->delivery != NULL && (why = st->delivery->forget()) != NULL)
+		outbox_window_withdraw_delivered(st->window, why);
 	st->rebuild_producer = false;
 	st->drain_deadline = 0;
 	if (st->wait_set != NULL)
@@ -340,6 +352,8 @@ ensure_producer(WorkerState *st)
 
 	if (st->producer != NULL)
 		return !st->rebuild_producer;
+	/* built from outbox.delivery too: the mode serves it until it goes */
+	st->delivery = outbox_delivery_mode();
 	st->producer = outbox_producer_create(worker_name, client_id, &error);
 	st->no_producer = (st->producer == NULL);
 	if (st->producer == NULL)
@@ -400,11 +414,11 @@ time_out_due(WorkerState *st)
 static void
 time_out_in_flight(WorkerState *st)
 {
-	TimestampTz due = time_out_due(st);
 	TimestampTz now;
 
-	if (due == 0 || (now = GetCurrentTimestamp()) < due)
+	if (!due_now(time_out_due(st)))
 		return;
+	now = GetCurrentTimestamp();
 	outbox_producer_time_out(st->producer,
 							 TimestampTzPlusMilliseconds(now, -outbox_producer_timeout_ms(st->producer)));
 	st->withdrawn_at = now;
@@ -467,26 +481,35 @@ drain_wait_ms(WorkerState *st)
 }
 
 /*
+ * When a drain with reports in flight gives up on them: drain_wait_ms
+ * after its first look, by a stop's deadline at the latest.
+ */
+static TimestampTz
+drain_due(WorkerState *st)
+{
+	if (!draining(st) || outbox_window_in_flight(st->window) == 0 || st->producer == NULL)
+		return 0;
+	if (st->drain_deadline == 0)
+		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 drain_wait_ms(st));
+	if (stopping() && st->stop_deadline != 0)
+		st->drain_deadline = Min(st->drain_deadline, st->stop_deadline);
+	return st->drain_deadline;
+}
+
+/*
  * A stop request (SIGTERM) or a producer rebuild waits for the reports in
- * flight (drain_wait_ms; a stop during a rebuild by the stop's deadline),
- * then purges the rest: it stays in the outbox for the next attempt.
- * Reports that do not come back even then leave their events' fate
- * unknown, and the producer goes (destroying it is the only way to be sure
- * no late report lands in memory about to be reused).
+ * flight (drain_due), then purges the rest: it stays in the outbox for the
+ * next attempt. Reports that do not come back even then leave their
+ * events' fate unknown, and the producer goes (destroying it is the only
+ * way to be sure no late report lands in memory about to be reused).
  */
 static void
 give_up_late_reports(WorkerState *st)
 {
 	OutboxReports reports = {0};
 
-	if (outbox_window_in_flight(st->window) == 0 || st->producer == NULL)
-		return;
-	if (st->drain_deadline == 0)
-		st->drain_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 drain_wait_ms(st));
-	if (stopping() && st->stop_deadline != 0)
-		st->drain_deadline = Min(st->drain_deadline, st->stop_deadline);
-	if (GetCurrentTimestamp() < st->drain_deadline)
+	if (!due_now(drain_due(st)))
 		return;
 	outbox_producer_purge(st->producer, &reports);
 	outbox_window_reported(st->window, &reports);
@@ -588,27 +611,28 @@ any_delivered(OutboxEvent **events, int n)
 }
 
 /*
- * Whether to settle now: in groups while the pipeline runs, at once after
- * a Kafka transaction committed; after a failure or when stopping, once,
- * when every report is in.
+ * When to settle: in groups while the pipeline runs (SETTLE_INTERVAL_MS
+ * after the first acknowledgement, at once for a full group or window),
+ * at once when the delivery mode says so (exactly once: a Kafka
+ * transaction committed, and holds the next one back until settled);
+ * after a failure or when stopping, once, when every report is in; never
+ * while the mode forbids it (exactly once: a transaction open).
  */
-static bool
+static TimestampTz
 settle_due(WorkerState *st)
 {
 	TimestampTz since;
 	int			unsettled = outbox_window_unsettled(st->window, &since);
 	int64		bytes;
 
-	if (unsettled == 0 || backing_off(st) || !outbox_txn_may_settle(st->txn))
-		return false;
+	if (unsettled == 0 || backing_off(st) || !st->delivery->may_settle())
+		return 0;
 	if (worker_mode(st) != MODE_PRODUCING)
-		return outbox_window_in_flight(st->window) == 0;
-	/* a committed Kafka transaction holds the next one back until settled */
-	if (outbox_txn_committed(st->txn))
-		return true;
-	return unsettled >= outbox_batch_size ||
-		outbox_window_room(st->window, &bytes) == 0 ||
-		ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)) <= 0;
+		return outbox_window_in_flight(st->window) == 0 ? GetCurrentTimestamp() : 0;
+	if (st->delivery->settle_now() || unsettled >= outbox_batch_size ||
+		outbox_window_room(st->window, &bytes) == 0)
+		return GetCurrentTimestamp();
+	return TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS);
 }
 
 /*
@@ -645,7 +669,7 @@ settle(WorkerState *st)
 		st->producer_refused = false;
 	}
 	outbox_window_settled(st->window, events, n, XactLastCommitEnd);
-	outbox_txn_settled(st->txn, outbox_window_is_empty(st->window));
+	st->delivery->settled(outbox_window_is_empty(st->window));
 
 	if (st->rewinding && outbox_window_failed(st->window) == 0 &&
 		outbox_window_in_flight(st->window) == 0)
@@ -697,25 +721,35 @@ waiting_for_solo(WorkerState *st)
 }
 
 /*
+ * When the next read is due: at once when wanted (a commit woke us, or a
+ * read stopped at a limit), else at the poll; only while the pipeline may
+ * produce and the window has room, and not while an event to send alone
+ * waits.
+ *
  * A read held events back for their partition's first acknowledgement
  * (kafka/partitions.c): the next read waits until the settle took them out
  * of the window (a read before would not see them, and could send their
  * keys' later events first), and until a report came or a while passed (a
  * partition whose first report does not come holds back nothing else).
  */
-static bool
-waiting_for_warmup(WorkerState *st)
+static TimestampTz
+read_due(WorkerState *st)
 {
 	TimestampTz since;
+	int64		bytes;
 
-	if (!st->warming_up)
-		return false;
-	if (outbox_window_unsettled(st->window, &since) > 0 ||
-		(!st->warmup_reported && GetCurrentTimestamp() < st->warmup_retry_at))
-		return true;
-	st->warming_up = false;
-	st->read_wanted = true;
-	return false;
+	if (!may_produce(st) || waiting_for_solo(st) || outbox_window_room(st->window, &bytes) <= 0)
+		return 0;
+	if (st->warming_up)
+	{
+		if (outbox_window_unsettled(st->window, &since) > 0)
+			return 0;
+		if (!st->warmup_reported && GetCurrentTimestamp() < st->warmup_retry_at)
+			return st->warmup_retry_at;
+		st->warming_up = false;
+		st->read_wanted = true;
+	}
+	return st->read_wanted ? GetCurrentTimestamp() : st->next_read_at;
 }
 
 /*
@@ -900,12 +934,12 @@ read_and_produce(WorkerState *st)
 	}
 	outbox_async_commits_flushed(batch->async_commits_ended);
 	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
-	outbox_txn_begin(st->txn, st->producer);
+	st->delivery->begin(st->producer);
 	/* in the window before the first message: an error halfway keeps it */
 	outbox_window_add(st->window, batch);
 	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
-	outbox_txn_produced(st->txn, st->producer, batch);
+	st->delivery->produced(st->producer, batch);
 	MemoryContextSwitchTo(old);
 	take_in_read(st, batch);
 	if (st->warming_up)
@@ -942,7 +976,7 @@ publish_state(WorkerState *st)
 		state = SHARD_PAUSED;
 	else if (RecoveryInProgress())
 		state = SHARD_RECOVERY;
-	else if (outbox_txn_superseded(st->txn))
+	else if (st->delivery->superseded())
 		state = SHARD_SUPERSEDED;
 	else if (st->held_by[0] != '\0')
 		state = SHARD_SUBSCRIBED;
@@ -972,8 +1006,8 @@ may_read(WorkerState *st)
 	}
 	if (!ensure_producer(st))
 		return false;
-	/* exactly-once: one transaction at a time, after the recovery */
-	if (!outbox_txn_ready(st->txn, st->producer, outbox_window_is_empty(st->window)))
+	/* the mode's gate (exactly once: a transaction at a time, after recovery) */
+	if (!st->delivery->ready(st->producer, outbox_window_is_empty(st->window)))
 		return false;
 	st->logged_wait = WAIT_NONE;
 	return true;
@@ -1015,6 +1049,13 @@ look_at_lag(WorkerState *st)
 	outbox_check_lag(worker_name, st->shard, from, st->cursor_extension);
 }
 
+/* The look around's clock, the only one (lag_alert.c has none of its own). */
+static TimestampTz
+look_due(WorkerState *st)
+{
+	return TimestampTzPlusMilliseconds(st->last_look, LOOK_AROUND_MS);
+}
+
 /*
  * What the worker does about once a second whatever it is waiting for:
  * publish what its producer knows of Kafka, and look at the shard's lag.
@@ -1023,11 +1064,9 @@ look_at_lag(WorkerState *st)
 static void
 look_around(WorkerState *st)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (!TimestampDifferenceExceeds(st->last_look, now, LOOK_AROUND_MS))
+	if (!due_now(look_due(st)))
 		return;
-	st->last_look = now;
+	st->last_look = GetCurrentTimestamp();
 	if (st->producer != NULL)
 	{
 		outbox_producer_report_state(st->producer);
@@ -1042,35 +1081,37 @@ look_around(WorkerState *st)
 }
 
 /*
- * Exactly-once: once every report of the open Kafka transaction is in, it
- * is committed (the window is then settled) or aborted (what it delivered
- * is read again, a failed event takes its failure path); a commit whose
- * outcome is unknown, or a fenced producer, makes a new producer, whose
- * recovery settles what did commit.
+ * Once every report is in, the delivery mode says what follows (exactly
+ * once: the Kafka transaction committed, aborted, or its outcome is
+ * unknown); what it did not make final is read again, a failed event
+ * taking its failure path.
  */
 static void
-finish_transaction(WorkerState *st)
+finish_delivery(WorkerState *st)
 {
-	switch (outbox_txn_finish(st->txn, st->producer, st->window))
+	const char *why = NULL;
+	DeliveryFinish outcome = st->delivery->finish(st->producer, st->window, &why);
+
+	switch (outcome)
 	{
-		case TXN_NOTHING:
+		case FINISH_NOTHING:
 			break;
-		case TXN_COMMITTED:
+		case FINISH_SETTLE:
 			st->read_wanted = true;
 			break;
-		case TXN_ABORTED:
-			outbox_window_withdraw_delivered(st->window, "its Kafka transaction was aborted");
+		case FINISH_READ_AGAIN:
+		case FINISH_READ_AGAIN_LATER:
+			outbox_window_withdraw_delivered(st->window, why);
 			st->rewinding = true;
-			/* the progress record, not an event, failed: wait before the next */
-			if (outbox_txn_progress_failed(st->txn))
+			/* the mode's own record, not an event, failed: wait before the next */
+			if (outcome == FINISH_READ_AGAIN_LATER)
 			{
 				st->kafka_failures++;
 				back_off(st);
 			}
 			break;
-		case TXN_LOST_OUTCOME:
-			outbox_window_withdraw_delivered(st->window,
-											 "its Kafka transaction's outcome is unknown");
+		case FINISH_REBUILD:
+			outbox_window_withdraw_delivered(st->window, why);
 			st->rewinding = true;
 			st->rebuild_producer = true;
 			break;
@@ -1089,10 +1130,10 @@ deliver(WorkerState *st)
 		return;
 	serve_reports(st);
 	time_out_in_flight(st);
-	finish_transaction(st);
+	finish_delivery(st);
 	if (draining(st))
 		give_up_late_reports(st);
-	if (settle_due(st))
+	if (due_now(settle_due(st)))
 		settle(st);
 	drop_drained_producer(st);
 	if (!st->adopted_orphans && may_read(st))
@@ -1106,12 +1147,11 @@ deliver(WorkerState *st)
 		st->adopted_orphans = (adopted >= 0);
 	}
 	/* (a report wakes the worker when a solo or held-back event may go) */
-	if ((st->read_wanted || GetCurrentTimestamp() >= st->next_read_at) &&
-		!waiting_for_solo(st) && !waiting_for_warmup(st))
+	if (due_now(read_due(st)))
 	{
 		if (may_read(st))
 			read_and_produce(st);
-		else if (may_produce(st))
+		else
 		{
 			/* paused, in recovery or without a producer: look again later */
 			st->read_wanted = false;
@@ -1227,40 +1267,41 @@ wait_set(WorkerState *st)
 	return st->wait_set;
 }
 
-/* How long nothing is due: a read, a settle, the end of a back-off or drain. */
+/*
+ * The first time something is due, by the rules the pass acts on, and the
+ * stop's deadline (handle_interrupts) and the back-off's end. Never 0: the
+ * look around is always due at some time.
+ */
+static TimestampTz
+next_due(WorkerState *st)
+{
+	TimestampTz due[] = {
+		st->stop_deadline,
+		backing_off(st) ? st->backoff_until : 0,
+		look_due(st),
+		read_due(st),
+		settle_due(st),
+		drain_due(st),
+		time_out_due(st),
+		/* a commit or abort that timed out is called again soon */
+		st->delivery->call_again_at(),
+	};
+	TimestampTz next = 0;
+
+	for (size_t i = 0; i < lengthof(due); i++)
+		if (due[i] != 0 && (next == 0 || due[i] < next))
+			next = due[i];
+	return next;
+}
+
+/* How long nothing is due. */
 static long
 idle_ms(WorkerState *st)
 {
-	long		ms = LOOK_AROUND_MS;
-	TimestampTz since;
-	TimestampTz deadline;
-	int64		bytes;
-
 	/* a stop waits for nothing once the window is empty */
 	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
 		return 0;
-	if (st->stop_deadline != 0)
-		ms = Min(ms, ms_until(st->stop_deadline));
-	if (may_produce(st))
-	{
-		if (st->warming_up && !st->warmup_reported)
-			ms = Min(ms, ms_until(st->warmup_retry_at));
-		if (!waiting_for_solo(st) && !waiting_for_warmup(st) &&
-			outbox_window_room(st->window, &bytes) > 0)
-			ms = Min(ms, st->read_wanted ? 0 : ms_until(st->next_read_at));
-		if (outbox_window_unsettled(st->window, &since) > 0)
-			ms = Min(ms, ms_until(TimestampTzPlusMilliseconds(since, SETTLE_INTERVAL_MS)));
-	}
-	else if (backing_off(st))
-		ms = Min(ms, ms_until(st->backoff_until));
-	if (st->drain_deadline != 0)
-		ms = Min(ms, ms_until(st->drain_deadline));
-	if ((deadline = time_out_due(st)) != 0)
-		ms = Min(ms, ms_until(deadline));
-	/* a commit or abort that timed out is called again soon */
-	if (outbox_txn_waiting(st->txn))
-		ms = Min(ms, TXN_RETRY_MS);
-	return Max(ms, 0);
+	return Max(Min(LOOK_AROUND_MS, ms_until(next_due(st))), 0);
 }
 
 /*
@@ -1372,7 +1413,7 @@ outbox_worker_main(Datum main_arg)
 	connect_to_database(st);
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
-	st->txn = outbox_txn_create(st->shard, worker_name);
+	st->delivery = outbox_delivery_start(st->shard, worker_name);
 	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											 ALLOCSET_DEFAULT_SIZES);
 	st->read_wanted = true;
