@@ -24,6 +24,11 @@ typedef enum EventOutcome
 								 * took nothing: read again, nothing recorded */
 } EventOutcome;
 
+/* What the payload was given to outbox_send() as; names its content type. */
+#define OUTBOX_PAYLOAD_JSON 'j'
+#define OUTBOX_PAYLOAD_TEXT 't'
+#define OUTBOX_PAYLOAD_BYTES 'b'
+
 /* How long a failure recorded on its row waits before its retry (backoff.c). */
 typedef enum OutcomeBackoff
 {
@@ -98,6 +103,13 @@ typedef struct OutboxEvent
 } OutboxEvent;
 
 #define OPENS_TOPIC (-1)
+
+/* A timestamp as microseconds since the Unix epoch, as Kafka counts time. */
+static inline int64
+outbox_unix_microseconds(TimestampTz t)
+{
+	return t + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
 
 /* A failure to record on the row. */
 static inline bool
