@@ -50,6 +50,7 @@ typedef struct MessageFormat
 	bool		content_type;	/* adds content-type (unless the event has one) */
 	HeaderAdder add_headers;	/* its own headers, if any */
 	const char *const *reserved;	/* the header names it sets, NULL-ended */
+	const char *reserved_why;	/* outbox_send()'s detail when refusing one */
 	long		added_bytes;	/* at most, over outbox.max_message_bytes */
 } MessageFormat;
 
@@ -70,10 +71,14 @@ static const char *const cloudevents_headers[] = {
 };
 
 static const MessageFormat formats[] = {
-	{OUTBOX_FORMAT_ENVELOPE, "envelope", encode_envelope, false, NULL, NULL, ADDED_BYTES_MARGIN},
-	{OUTBOX_FORMAT_PAYLOAD, "payload", encode_payload, true, NULL, NULL, ADDED_BYTES_MARGIN},
+	{OUTBOX_FORMAT_ENVELOPE, "envelope", encode_envelope, false, NULL, NULL, NULL,
+	ADDED_BYTES_MARGIN},
+	{OUTBOX_FORMAT_PAYLOAD, "payload", encode_payload, true, NULL, NULL, NULL,
+	ADDED_BYTES_MARGIN},
 	{OUTBOX_FORMAT_CLOUDEVENTS, "cloudevents", encode_payload, true, add_cloudevents_headers,
-	cloudevents_headers, ADDED_BYTES_MARGIN},
+	cloudevents_headers,
+	"the workers set the CloudEvents attributes; the \"type\" header sets ce_type",
+	ADDED_BYTES_MARGIN},
 };
 
 static const MessageFormat *
@@ -107,8 +112,8 @@ outbox_message_header_reserved(const char *name, int len)
 						OUTBOX_ID_HEADER, OUTBOX_INSTANCE_HEADER);
 	for (size_t i = 0; i < lengthof(formats); i++)
 		if (is_named(formats[i].reserved, name, len))
-			return psprintf("In outbox.message_format = '%s' the workers set the CloudEvents attributes; the \"type\" header sets ce_type.",
-							formats[i].name);
+			return psprintf("In outbox.message_format = '%s' %s.",
+							formats[i].name, formats[i].reserved_why);
 	return NULL;
 }
 
@@ -128,7 +133,7 @@ outbox_message_kafka_max_bytes(void)
 {
 	long		added = 0;
 
-	/* the format may change at a reload without a new producer */
+	/* the most any format adds: the limit does not depend on the format */
 	for (size_t i = 0; i < lengthof(formats); i++)
 		added = Max(added, formats[i].added_bytes);
 	return Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + added));
