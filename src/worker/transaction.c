@@ -185,6 +185,7 @@ init_transactions(OutboxTxn *txn, rd_kafka_t *rk)
 	for (int i = 0; i < INIT_CALLS; i++)
 	{
 		rd_kafka_error_t *error = rd_kafka_init_transactions(rk, CALL_TIMEOUT_MS);
+
 		if (error == NULL)
 			return true;
 		if (outbox_kafka_call_error(error) != KAFKA_LATER)
