@@ -20,14 +20,14 @@ outbox_backoff_ms(int failures)
 }
 
 /*
- * The wait before an event's retry: one Kafka refused counts an attempt
- * and waits longer each time; one Kafka will take later waits the
- * shortest back-off, uncounted.
+ * The wait before an event's retry, as its outcome's policy says
+ * (event.c): one Kafka refused waits longer with each attempt; one Kafka
+ * will take later waits the shortest back-off.
  */
 int
 outbox_backoff_event_ms(const OutboxEvent *event)
 {
-	if (event->outcome == EVENT_FAILED_PERMANENT)
+	if (outbox_outcome_policy(event->outcome)->backoff == BACKOFF_BY_ATTEMPTS)
 		return outbox_backoff_ms(event->attempts + 1);
 	return outbox_backoff_ms(1);
 }

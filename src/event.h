@@ -2,7 +2,8 @@
  * event.h
  *		One outbox event as the worker holds it: the row, copied out of SPI,
  *		and what became of it. The reader (queue.c) fills the row, the
- *		producer writes the outcome, the window (window.c) settles it.
+ *		producer writes the outcome, the window (window.c) settles it, by
+ *		the outcome's policy (event.c).
  */
 #ifndef OUTBOX_EVENT_H
 #define OUTBOX_EVENT_H
@@ -22,6 +23,47 @@ typedef enum EventOutcome
 	EVENT_NOT_SENT				/* withdrawn (purged) by the worker, or Kafka
 								 * took nothing: read again, nothing recorded */
 } EventOutcome;
+
+/* What the payload was given to outbox_send() as; names its content type. */
+#define OUTBOX_PAYLOAD_JSON 'j'
+#define OUTBOX_PAYLOAD_TEXT 't'
+#define OUTBOX_PAYLOAD_BYTES 'b'
+
+/* How long a failure recorded on its row waits before its retry (backoff.c). */
+typedef enum OutcomeBackoff
+{
+	BACKOFF_NONE,				/* not recorded */
+	BACKOFF_SHORTEST,			/* the first step of the curve, every time */
+	BACKOFF_BY_ATTEMPTS			/* longer with each attempt counted */
+} OutcomeBackoff;
+
+/*
+ * What an outcome does once its event is settled, one owner for every
+ * reader of an outcome (event.c): the settle (worker.c, queue.c), the
+ * back-off (backoff.c) and the statistics (stats.c).
+ */
+typedef struct EventOutcomePolicy
+{
+	bool		deleted;		/* delivered: its row goes */
+	bool		recorded;		/* a failure recorded on its row (last_error,
+								 * next_attempt_at); counted as a failed
+								 * attempt in the statistics */
+	bool		counts_attempt; /* Kafka refused it: attempts + 1, and a dead
+								 * letter after outbox.max_attempts */
+	bool		rewinds;		/* produced and not delivered: the window
+								 * rewinds */
+	bool		read_again;		/* the next read starts at or below it (but a
+								 * keyless failure recorded on its row) */
+	OutcomeBackoff backoff;
+} EventOutcomePolicy;
+
+extern const EventOutcomePolicy outbox_outcome_policies[];
+
+static inline const EventOutcomePolicy *
+outbox_outcome_policy(EventOutcome outcome)
+{
+	return &outbox_outcome_policies[outcome];
+}
 
 typedef struct OutboxEvent
 {
@@ -52,19 +94,25 @@ typedef struct OutboxEvent
 	bool		settled;		/* its row was deleted or updated (window.c) */
 } OutboxEvent;
 
+/* A timestamp as microseconds since the Unix epoch, as Kafka counts time. */
+static inline int64
+outbox_unix_microseconds(TimestampTz t)
+{
+	return t + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
+
 /* A failure to record on the row. */
 static inline bool
 outbox_event_failed(const OutboxEvent *event)
 {
-	return event->outcome == EVENT_FAILED_RETRIABLE ||
-		event->outcome == EVENT_FAILED_PERMANENT;
+	return outbox_outcome_policy(event->outcome)->recorded;
 }
 
 /* Produced, or meant to be, and not delivered: the window must rewind. */
 static inline bool
 outbox_event_undelivered(const OutboxEvent *event)
 {
-	return outbox_event_failed(event) || event->outcome == EVENT_NOT_SENT;
+	return outbox_outcome_policy(event->outcome)->rewinds;
 }
 
 /* Whether two events share a key (keyless events share none). */

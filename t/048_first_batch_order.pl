@@ -9,7 +9,7 @@
 # request is retried alone, and the key's events arrive, all of them, in
 # commit order. Keyless events go freely; the one whose request failed is
 # reported delivered without an offset, which the worker does not take as
-# a delivery (src/kafka/producer.c): it is produced again, and every event
+# a delivery (src/kafka/errors.c): it is produced again, and every event
 # arrives.
 use strict;
 use warnings;

@@ -6,7 +6,7 @@
 # there, writes the next ones (it takes any sequence number), and
 # librdkafka reports the refused message delivered, without an offset (an
 # "implicit acknowledgement", its debug context eos says IMPLICITACK).
-# The worker takes only an offset as proof (src/kafka/producer.c): the event is
+# The worker takes only an offset as proof (src/kafka/errors.c): the event is
 # produced again and every one arrives (without that: 19 of 20, and 18 of
 # 20 when a keyed opener's request is the one refused).
 # Keyless events, and a keyed partition opener followed by keyless ones; in

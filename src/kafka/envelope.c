@@ -47,12 +47,6 @@ reserve_entries(int n)
 	}
 }
 
-static int64
-unix_microseconds(TimestampTz t)
-{
-	return t + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
-}
-
 /* Returns the encoded event, palloc'd in the current memory context. */
 void *
 outbox_envelope_encode_copy(const OutboxEvent *event, const char *instance,
@@ -79,7 +73,7 @@ outbox_envelope_encode_copy(const OutboxEvent *event, const char *instance,
 	}
 	message.n_headers = event->nheaders;
 	message.headers = entry_pointers;
-	message.created_at_us = unix_microseconds(event->created_at);
+	message.created_at_us = outbox_unix_microseconds(event->created_at);
 	message.source_database = source_database;
 	message.instance = (char *) instance;
 

@@ -2,8 +2,11 @@
  * message.c
  *		Turns an event into its Kafka record for outbox.message_format:
  *		topic, key, value, headers and timestamp. The worker asks for a
- *		record and hands it to the producer, which sends it as it is; adding
- *		a format touches this file, the setting and the docs only.
+ *		record and hands it to the producer, which sends it as it is. Each
+ *		format is a row of formats[]: its value, the headers it adds and the
+ *		header names it reserves (send.c refuses them), and what it adds to
+ *		the record's size; adding one touches the table, the setting and
+ *		the docs.
  *
  * Every format:
  * - the record's timestamp (CreateTime) is the event's created_at;
@@ -24,8 +27,6 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#define UNIX_EPOCH_OFFSET_US ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
-
 /* Headers added to the event's own: outbox's 2, content-type, 7 CloudEvents. */
 #define MAX_ADDED_HEADERS 10
 
@@ -37,6 +38,84 @@ static char *default_source = NULL;
  * outbox.max_message_bytes.
  */
 #define ADDED_BYTES_MARGIN 65536L
+
+typedef void (*ValueEncoder) (OutboxRecord *record, OutboxEvent *event, const char *instance);
+typedef void (*HeaderAdder) (OutboxRecord *record, const OutboxEvent *event, const char *instance);
+
+typedef struct MessageFormat
+{
+	int			format;			/* outbox.message_format's value */
+	const char *name;			/* as the setting spells it */
+	ValueEncoder encode;		/* the record's value of a payload */
+	bool		content_type;	/* adds content-type (unless the event has one) */
+	HeaderAdder add_headers;	/* its own headers, if any */
+	const char *const *reserved;	/* the header names it sets, NULL-ended */
+	const char *reserved_why;	/* outbox_send()'s detail when refusing one */
+	long		added_bytes;	/* at most, over outbox.max_message_bytes */
+} MessageFormat;
+
+static void encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance);
+static void encode_payload(OutboxRecord *record, OutboxEvent *event, const char *instance);
+static void add_cloudevents_headers(OutboxRecord *record, const OutboxEvent *event,
+									const char *instance);
+
+/* Refused in every format: each message carries them. */
+static const char *const outbox_headers[] = {OUTBOX_ID_HEADER, OUTBOX_INSTANCE_HEADER, NULL};
+
+/*
+ * The CloudEvents attributes the workers set. Refused in every format, so
+ * that what was sent stays valid when the format changes.
+ */
+static const char *const cloudevents_headers[] = {
+	"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", NULL
+};
+
+static const MessageFormat formats[] = {
+	{OUTBOX_FORMAT_ENVELOPE, "envelope", encode_envelope, false, NULL, NULL, NULL,
+	ADDED_BYTES_MARGIN},
+	{OUTBOX_FORMAT_PAYLOAD, "payload", encode_payload, true, NULL, NULL, NULL,
+	ADDED_BYTES_MARGIN},
+	{OUTBOX_FORMAT_CLOUDEVENTS, "cloudevents", encode_payload, true, add_cloudevents_headers,
+	cloudevents_headers,
+	"the workers set the CloudEvents attributes; the \"type\" header sets ce_type",
+	ADDED_BYTES_MARGIN},
+};
+
+static const MessageFormat *
+current_format(void)
+{
+	for (size_t i = 0; i < lengthof(formats); i++)
+		if (formats[i].format == outbox_message_format)
+			return &formats[i];
+	elog(ERROR, "outbox: unknown message format %d", outbox_message_format);
+	pg_unreachable();
+}
+
+static bool
+is_named(const char *const *names, const char *name, int len)
+{
+	for (; names != NULL && *names != NULL; names++)
+		if ((int) strlen(*names) == len && strncmp(*names, name, len) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Why a header name (not NUL-terminated) is reserved, or NULL if it is
+ * not: outbox_send() refuses the names any format sets.
+ */
+const char *
+outbox_message_header_reserved(const char *name, int len)
+{
+	if (is_named(outbox_headers, name, len))
+		return psprintf("Every message carries the event's id and its instance in headers \"%s\" and \"%s\".",
+						OUTBOX_ID_HEADER, OUTBOX_INSTANCE_HEADER);
+	for (size_t i = 0; i < lengthof(formats); i++)
+		if (is_named(formats[i].reserved, name, len))
+			return psprintf("In outbox.message_format = '%s' %s.",
+							formats[i].name, formats[i].reserved_why);
+	return NULL;
+}
 
 /*
  * The payload, and the key and headers twice: the envelope repeats them.
@@ -52,7 +131,12 @@ outbox_message_counted_size(Size payload, Size key, Size headers)
 long
 outbox_message_kafka_max_bytes(void)
 {
-	return Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + ADDED_BYTES_MARGIN));
+	long		added = 0;
+
+	/* the most any format adds: the limit does not depend on the format */
+	for (size_t i = 0; i < lengthof(formats); i++)
+		added = Max(added, formats[i].added_bytes);
+	return Min(1000000000L, Max(1000000L, (long) outbox_max_message_bytes + added));
 }
 
 /* A URI reference naming the database: /postgresql/<name, percent-encoded>. */
@@ -92,11 +176,11 @@ content_type(const OutboxEvent *event)
 {
 	switch (event->payload_type)
 	{
-		case 'j':
+		case OUTBOX_PAYLOAD_JSON:
 			return "application/json";
-		case 't':
+		case OUTBOX_PAYLOAD_TEXT:
 			return "text/plain; charset=utf-8";
-		case 'b':
+		case OUTBOX_PAYLOAD_BYTES:
 			return "application/octet-stream";
 		default:
 			return NULL;		/* sent before 0.3.0: not known */
@@ -143,22 +227,18 @@ add_cloudevents_headers(OutboxRecord *record, const OutboxEvent *event, const ch
 		add_header(record, "ce_tracestate", tracestate);
 }
 
-/* The value: the payload as stored, or the envelope holding it. */
+/* The value: the payload as stored. */
 static void
-set_value(OutboxRecord *record, OutboxEvent *event, const char *instance)
+encode_payload(OutboxRecord *record, OutboxEvent *event, const char *instance)
 {
-	if (event->payload_isnull)
-	{
-		record->value = NULL;
-		record->valuelen = 0;
-		return;
-	}
-	if (outbox_message_format != OUTBOX_FORMAT_ENVELOPE)
-	{
-		record->value = event->payload;
-		record->valuelen = event->payloadlen;
-		return;
-	}
+	record->value = event->payload;
+	record->valuelen = event->payloadlen;
+}
+
+/* The value: the envelope holding the payload. */
+static void
+encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance)
+{
 	record->value = outbox_envelope_encode_copy(event, instance, &record->valuelen);
 	/* the envelope holds the payload now: keep the batch's bytes at one copy */
 	pfree(event->payload);
@@ -168,22 +248,30 @@ set_value(OutboxRecord *record, OutboxEvent *event, const char *instance)
 void
 outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *record)
 {
+	const MessageFormat *format = current_format();
 	const char *type = content_type(event);
 
 	record->topic = event->topic;
 	record->key = event->key_isnull ? NULL : event->key;
 	record->keylen = event->key_isnull ? 0 : (size_t) event->keylen;
-	record->timestamp_ms = (event->created_at + UNIX_EPOCH_OFFSET_US) / 1000;
+	record->timestamp_ms = outbox_unix_microseconds(event->created_at) / 1000;
 	record->headers = palloc(sizeof(OutboxHeader) * (event->nheaders + MAX_ADDED_HEADERS));
 	record->nheaders = 0;
 	for (int i = 0; i < event->nheaders; i++)
 		add_header(record, event->header_names[i], event->header_values[i]);
 	add_header(record, OUTBOX_ID_HEADER, psprintf(INT64_FORMAT, event->id));
 	add_header(record, OUTBOX_INSTANCE_HEADER, instance);
-	if (outbox_message_format != OUTBOX_FORMAT_ENVELOPE && type != NULL &&
+	if (format->content_type && type != NULL &&
 		!event->payload_isnull && header_value(event, "content-type") == NULL)
 		add_header(record, "content-type", type);
-	if (outbox_message_format == OUTBOX_FORMAT_CLOUDEVENTS)
-		add_cloudevents_headers(record, event, instance);
-	set_value(record, event, instance);
+	if (format->add_headers != NULL)
+		format->add_headers(record, event, instance);
+	/* a tombstone, whatever the format */
+	if (event->payload_isnull)
+	{
+		record->value = NULL;
+		record->valuelen = 0;
+	}
+	else
+		format->encode(record, event, instance);
 }

@@ -45,6 +45,9 @@ extern void outbox_message_init(const char *database);
 extern Size outbox_message_counted_size(Size payload, Size key, Size headers);
 extern long outbox_message_kafka_max_bytes(void);
 
+/* Why outbox_send() must refuse a header name, or NULL (message.c). */
+extern const char *outbox_message_header_reserved(const char *name, int len);
+
 /*
  * Builds the record of an event, in the current memory context (the
  * batch's): librdkafka sends the value without a copy of its own, so it

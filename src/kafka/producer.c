@@ -2,7 +2,7 @@
  * producer.c
  *		The worker's Kafka producer: builds the librdkafka handle from the
  *		settings, produces events, serves delivery reports, and sorts each
- *		failure into "Kafka will take it later" or "Kafka refuses it".
+ *		failure by its class (errors.c).
  *
  * Rules that keep the server safe (see the README): the handle is created
  * in the worker, never before fork; librdkafka's logs, errors and delivery
@@ -16,6 +16,7 @@
 #include "backoff.h"
 #include "compat.h"
 #include "kafka/conf.h"
+#include "kafka/errors.h"
 #include "kafka/kafka_stats.h"
 #include "kafka/partitions.h"
 #include "settings.h"
@@ -122,71 +123,6 @@ outbox_producer_set_transactional_id(const char *id)
 }
 
 /*
- * Errors after which Kafka will accept the same event later. Among them
- * the idempotent producer's gap-less failure: the events in flight beside
- * one Kafka refused fail with it, through no fault of their own. A topic Kafka
- * does not know is not among them: a typo'd topic would otherwise hold its
- * key forever; counted as an attempt, it becomes a dead letter after
- * outbox.max_attempts, and outbox_dead_letter_retry() sends it once the
- * topic exists.
- */
-static bool
-is_retriable(rd_kafka_resp_err_t err)
-{
-	switch (err)
-	{
-		case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-		case RD_KAFKA_RESP_ERR__TIMED_OUT:
-		case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
-		case RD_KAFKA_RESP_ERR__TRANSPORT:
-		case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
-		case RD_KAFKA_RESP_ERR__RESOLVE:
-		case RD_KAFKA_RESP_ERR__FATAL:
-		case RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE:
-		case RD_KAFKA_RESP_ERR__QUEUE_FULL:
-		case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-		case RD_KAFKA_RESP_ERR__NODE_UPDATE:
-		case RD_KAFKA_RESP_ERR__STATE:
-		case RD_KAFKA_RESP_ERR__ISR_INSUFF:
-		case RD_KAFKA_RESP_ERR__INCONSISTENT:
-		case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-		case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
-		case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-		case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
-		case RD_KAFKA_RESP_ERR_REPLICA_NOT_AVAILABLE:
-		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
-		case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-		case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
-		case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
-		case RD_KAFKA_RESP_ERR_THROTTLING_QUOTA_EXCEEDED:
-		case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
-		case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
-		case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
-		case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
-		case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
-		case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
-		case RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS:
-			/* exactly-once: a fenced or aborted transaction blames no event */
-		case RD_KAFKA_RESP_ERR__FENCED:
-		case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
-		case RD_KAFKA_RESP_ERR_INVALID_TXN_STATE:
-		case RD_KAFKA_RESP_ERR_TRANSACTION_COORDINATOR_FENCED:
-		case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING:
-			return true;
-		default:
-			return false;
-	}
-}
-
-/* Kafka's size limits apply to the record batch (see solo.c). */
-static bool
-is_size_refusal(rd_kafka_resp_err_t err)
-{
-	return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
-		err == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
-}
-
-/*
  * What a message that timed out while Kafka was unreachable failed with:
  * librdkafka's "Message timed out" and the error that made Kafka
  * unreachable (a wrong password, an untrusted certificate...), so that
@@ -194,57 +130,6 @@ is_size_refusal(rd_kafka_resp_err_t err)
  * as the events pointing to it may outlive their producer.
  */
 static char timed_out_error[600];
-
-/*
- * A report of success that proves nothing: librdkafka's idempotent producer
- * also says NO_ERROR, with no offset, of a message whose own request failed
- * retriably once a later request of its partition succeeded (an "implicit
- * acknowledgement"). It counts on Kafka to have refused the later request
- * otherwise, which Kafka does only where it already holds the producer's
- * state: never on a partition this producer has not written to yet (after
- * a worker's start, a crash, a rebuild), where it takes any sequence
- * number. Only an offset proves a write; without one the event is produced
- * again (a duplicate, at worst; exactly once aborts its transaction).
- * Librdkafka reports no delivery with this code of its own.
- */
-#define UNPROVEN_DELIVERY RD_KAFKA_RESP_ERR__BEGIN
-
-static rd_kafka_resp_err_t
-proven_error(const rd_kafka_message_t *message)
-{
-	if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR && message->offset < 0)
-		return UNPROVEN_DELIVERY;
-	return message->err;
-}
-
-static void
-record_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
-{
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		event->outcome = EVENT_DELIVERED;
-		return;
-	}
-	if (err == UNPROVEN_DELIVERY)
-	{
-		event->outcome = EVENT_FAILED_RETRIABLE;
-		event->error = "Kafka reported it delivered without an offset "
-			"(an implicit acknowledgement), which does not prove it was written: produced again";
-		return;
-	}
-	/* the worker purged it: Kafka may have it or not, it is read again */
-	if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
-		event->outcome = EVENT_NOT_SENT;
-	else if (is_size_refusal(err) && !event->alone)
-	{
-		event->outcome = EVENT_FAILED_RETRIABLE;
-		event->batch_too_large = true;
-	}
-	else
-		event->outcome = is_retriable(err) ? EVENT_FAILED_RETRIABLE : EVENT_FAILED_PERMANENT;
-	/* librdkafka's descriptions are static strings */
-	event->error = rd_kafka_err2str(err);
-}
 
 /*
  * What a report says of an event (from librdkafka, or for a message it
@@ -256,10 +141,10 @@ take_report(OutboxProducer *producer, OutboxEvent *event, rd_kafka_resp_err_t er
 	bool		delivered = (err == RD_KAFKA_RESP_ERR_NO_ERROR);
 
 	/* withdrawn because it timed out: said as librdkafka would */
-	if ((err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) &&
+	if (outbox_kafka_error_class(err) == KAFKA_WITHDRAWN &&
 		event->produced_at <= producer->timed_out_before)
 		err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
-	record_outcome(event, err);
+	outbox_kafka_error_outcome(event, err);
 	if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && producer->unreachable)
 		event->error = timed_out_error;
 	producer->in_flight--;
@@ -317,7 +202,7 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 {
 	OutboxProducer *producer = (OutboxProducer *) opaque;
 	Message    *produced = (Message *) message->_private;
-	rd_kafka_resp_err_t err = proven_error(message);
+	rd_kafka_resp_err_t err = outbox_kafka_report_error(message);
 
 	/* the progress record of a transaction (transaction.c) has no event */
 	if (produced == NULL)
@@ -1024,7 +909,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 		rd_kafka_headers_destroy(headers);
 		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 		{
-			record_outcome(event, err);
+			outbox_kafka_error_outcome(event, err);
 			unplace(producer, message);
 			return PRODUCE_REFUSED;
 		}
@@ -1133,19 +1018,6 @@ outbox_producer_purge(OutboxProducer *producer, OutboxReports *reports)
 }
 
 /*
- * Fatal errors for which no message is to blame: Kafka refused the
- * producer its id (not authorized to write anywhere, or no idempotence).
- */
-static bool
-refuses_producer(rd_kafka_resp_err_t err)
-{
-	return err == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
-		err == RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED ||
-		err == RD_KAFKA_RESP_ERR_INVALID_TRANSACTION_TIMEOUT ||
-		err == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE;
-}
-
-/*
  * The producer's fatal error, if it has one (NULL if not): librdkafka's
  * reason, and in *whole whether Kafka refused the producer as a whole.
  */
@@ -1153,11 +1025,11 @@ char *
 outbox_producer_fatal(OutboxProducer *producer, bool *whole)
 {
 	char		reason[512];
-	rd_kafka_resp_err_t err = rd_kafka_fatal_error(producer->rk, reason, sizeof(reason));
+	KafkaErrorClass class = outbox_kafka_fatal(producer->rk, reason, sizeof(reason));
 
-	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (class == KAFKA_NO_ERROR)
 		return NULL;
-	*whole = refuses_producer(err);
+	*whole = (class == KAFKA_REFUSES_PRODUCER);
 	return pstrdup(reason);
 }
 
@@ -1165,7 +1037,7 @@ outbox_producer_fatal(OutboxProducer *producer, bool *whole)
 bool
 outbox_producer_refused(OutboxProducer *producer)
 {
-	return refuses_producer(rd_kafka_fatal_error(producer->rk, NULL, 0));
+	return outbox_kafka_fatal(producer->rk, NULL, 0) == KAFKA_REFUSES_PRODUCER;
 }
 
 /*

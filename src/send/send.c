@@ -84,27 +84,6 @@ check_topic(text *topic)
 				 errhint("Topic names may use only ASCII letters, digits, '.', '_' and '-'.")));
 }
 
-static bool
-is_header(const JsonbValue *key, const char *name)
-{
-	return key->val.string.len == (int) strlen(name) &&
-		strncmp(key->val.string.val, name, key->val.string.len) == 0;
-}
-
-/* The CloudEvents attributes the workers set in cloudevents format. */
-static bool
-is_cloudevents_attribute(const JsonbValue *key)
-{
-	static const char *const attributes[] = {
-		"ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time"
-	};
-
-	for (size_t i = 0; i < lengthof(attributes); i++)
-		if (is_header(key, attributes[i]))
-			return true;
-	return false;
-}
-
 /*
  * Headers must be a flat JSON object of strings, without our own names.
  * Returns the bytes of their names and values.
@@ -117,6 +96,7 @@ check_headers(Jsonb *headers)
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken token;
+	const char *reserved;
 
 	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
 		ereport(ERROR,
@@ -128,20 +108,13 @@ check_headers(Jsonb *headers)
 	{
 		if (token == WJB_KEY || (token == WJB_VALUE && v.type == jbvString))
 			bytes += v.val.string.len;
-		if (token == WJB_KEY && is_cloudevents_attribute(&v))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("outbox header \"%.*s\" is reserved",
-							v.val.string.len, v.val.string.val),
-					 errdetail("In outbox.message_format = 'cloudevents' the workers set the CloudEvents attributes; the \"type\" header sets ce_type.")));
 		if (token == WJB_KEY &&
-			(is_header(&v, OUTBOX_ID_HEADER) || is_header(&v, OUTBOX_INSTANCE_HEADER)))
+			(reserved = outbox_message_header_reserved(v.val.string.val, v.val.string.len)) != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("outbox header \"%.*s\" is reserved",
 							v.val.string.len, v.val.string.val),
-					 errdetail("Every message carries the event's id and its instance in headers \"%s\" and \"%s\".",
-							   OUTBOX_ID_HEADER, OUTBOX_INSTANCE_HEADER)));
+					 errdetail("%s", reserved)));
 		if (token == WJB_VALUE && v.type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -7,15 +7,10 @@
 #ifndef OUTBOX_SEND_H
 #define OUTBOX_SEND_H
 
-#include "postgres.h"
+#include "event.h"
 
 #include "fmgr.h"
 #include "utils/jsonb.h"
-
-/* What the payload was given as; names its content type. */
-#define OUTBOX_PAYLOAD_JSON 'j'
-#define OUTBOX_PAYLOAD_TEXT 't'
-#define OUTBOX_PAYLOAD_BYTES 'b'
 
 /*
  * Stores one event. fcinfo is the calling SQL function's: the outbox of its

@@ -331,8 +331,7 @@ outbox_stats_settled(OutboxEvent *const *events, int nevents)
 			last_ack = Max(last_ack, event->acked_at);
 			delivered++;
 		}
-		else if (event->outcome == EVENT_FAILED_RETRIABLE ||
-				 event->outcome == EVENT_FAILED_PERMANENT)
+		else if (outbox_event_failed(event))
 		{
 			failed++;
 			if (error == NULL)

@@ -1017,7 +1017,7 @@ delete_delivered(const char *who, OutboxEvent **events, int nevents, int shard)
 
 	for (int i = 0; i < nevents; i++)
 	{
-		if (events[i]->outcome != EVENT_DELIVERED)
+		if (!outbox_outcome_policy(events[i]->outcome)->deleted)
 			continue;
 		tids[n] = events[i]->ctid;
 		ids[n] = events[i]->id;
@@ -1067,7 +1067,7 @@ record_failures(const char *who, OutboxEvent **events, int nevents, int shard)
 			continue;
 		ids[n] = event->id;
 		errors[n] = CStringGetTextDatum(event->error ? event->error : "unknown error");
-		permanent[n] = BoolGetDatum(event->outcome == EVENT_FAILED_PERMANENT);
+		permanent[n] = BoolGetDatum(outbox_outcome_policy(event->outcome)->counts_attempt);
 		waits[n] = Int32GetDatum(outbox_backoff_event_ms(event));
 		n++;
 	}

@@ -48,6 +48,7 @@
  * its loop (SIGTERM, barriers).
  */
 #include "worker/delivery.h"
+#include "kafka/errors.h"
 #include "settings.h"
 #include "shared/stats.h"
 #include "stop.h"
@@ -201,12 +202,10 @@ init_transactions(OutboxTxn *txn, rd_kafka_t *rk)
 	for (int i = 0; i < INIT_CALLS; i++)
 	{
 		rd_kafka_error_t *error = rd_kafka_init_transactions(rk, CALL_TIMEOUT_MS);
-		bool		retriable;
 
 		if (error == NULL)
 			return true;
-		retriable = rd_kafka_error_is_retriable(error);
-		if (!retriable)
+		if (outbox_kafka_call_error(error) != KAFKA_LATER)
 		{
 			char	   *text = take_error(error);
 
@@ -305,6 +304,17 @@ begin(OutboxProducer *producer)
 	txn->extension = InvalidOid;
 }
 
+/* A call Kafka asks for again later: the worker waits, and calls again. */
+static bool
+call_again(OutboxTxn *txn, rd_kafka_error_t *error)
+{
+	if (outbox_kafka_call_error(error) != KAFKA_LATER)
+		return false;
+	rd_kafka_error_destroy(error);
+	txn->waiting = true;
+	return true;
+}
+
 /* An abort, a few short calls; false if the producer failed meanwhile. */
 static TxnOutcome
 abort_transaction(OutboxTxn *txn, rd_kafka_t *rk)
@@ -318,12 +328,8 @@ abort_transaction(OutboxTxn *txn, rd_kafka_t *rk)
 		txn->waiting = false;
 		return TXN_ABORTED;
 	}
-	if (rd_kafka_error_is_retriable(error))
-	{
-		rd_kafka_error_destroy(error);
-		txn->waiting = true;
+	if (call_again(txn, error))
 		return TXN_NOTHING;
-	}
 	ereport(LOG,
 			(errmsg("%s: aborting a Kafka transaction failed", txn->who),
 			 errdetail("%s", take_error(error))));
@@ -421,8 +427,7 @@ closes_now(OutboxTxn *txn, OutboxProducer *producer, OutboxBatch *batch)
 	if (batch->more && txn->events < MAX_TRANSACTION_EVENTS)
 		return false;
 	return txn->extension != InvalidOid &&
-		rd_kafka_fatal_error(outbox_producer_handle(producer), NULL, 0) ==
-		RD_KAFKA_RESP_ERR_NO_ERROR;
+		outbox_kafka_fatal(outbox_producer_handle(producer), NULL, 0) == KAFKA_NO_ERROR;
 }
 
 /*
@@ -484,13 +489,9 @@ commit_transaction(OutboxTxn *txn, rd_kafka_t *rk, const OutboxProgressReport *p
 		pause_at(txn, OUTBOX_PAUSE_AFTER_COMMIT, "after_commit");
 		return TXN_COMMITTED;
 	}
-	if (rd_kafka_error_is_retriable(error))
-	{
-		rd_kafka_error_destroy(error);
-		txn->waiting = true;
+	if (call_again(txn, error))
 		return TXN_NOTHING;
-	}
-	if (rd_kafka_error_txn_requires_abort(error))
+	if (outbox_kafka_call_error(error) == KAFKA_TXN_ABORTED)
 	{
 		ereport(LOG,
 				(errmsg("%s: Kafka refused to commit a transaction, aborting it", txn->who),
@@ -532,7 +533,7 @@ finish_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *windo
 	rk = outbox_producer_handle(producer);
 	/* everything it produced is acknowledged: no more reads */
 	if (!txn->closing && failed == 0 &&
-		rd_kafka_fatal_error(rk, NULL, 0) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		outbox_kafka_fatal(rk, NULL, 0) == KAFKA_NO_ERROR)
 	{
 		int64	   *ids;
 		Oid			extension;
@@ -543,7 +544,7 @@ finish_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *windo
 	progress = outbox_producer_progress(producer);
 	if (txn->closing && !txn->progress_failed && !progress->reported)
 		return TXN_NOTHING;
-	if (rd_kafka_fatal_error(rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	if (outbox_kafka_fatal(rk, NULL, 0) != KAFKA_NO_ERROR)
 	{
 		txn->state = TS_LOST;
 		outcome = TXN_LOST_OUTCOME;

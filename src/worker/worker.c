@@ -549,7 +549,8 @@ kafka_unavailable(WorkerState *st, OutboxEvent **events, int n)
 	{
 		EventOutcome outcome = events[i]->outcome;
 
-		if (outcome == EVENT_DELIVERED || (outcome == EVENT_FAILED_PERMANENT && !refused))
+		if (outbox_outcome_policy(outcome)->deleted ||
+			(outbox_outcome_policy(outcome)->counts_attempt && !refused))
 			return false;
 		if (outbox_event_failed(events[i]))
 			failed++;
@@ -567,7 +568,7 @@ log_refusals(OutboxEvent **events, int n, SettlePolicy policy)
 		return;
 	for (int i = 0; i < n; i++)
 	{
-		if (events[i]->outcome != EVENT_FAILED_PERMANENT)
+		if (!outbox_outcome_policy(events[i]->outcome)->counts_attempt)
 			continue;
 		if (first == NULL || events[i]->id < first->id)
 			first = events[i];
@@ -594,7 +595,7 @@ lowest_to_read_again(OutboxEvent **events, int n, SettlePolicy policy)
 	int64		lowest = PG_INT64_MAX;
 
 	for (int i = 0; i < n; i++)
-		if (events[i]->outcome != EVENT_DELIVERED &&
+		if (outbox_outcome_policy(events[i]->outcome)->read_again &&
 			!(outbox_event_failed(events[i]) && events[i]->key_isnull &&
 			  policy == SETTLE_RECORDING_FAILURES))
 			lowest = Min(lowest, events[i]->id);
