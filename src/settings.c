@@ -16,26 +16,15 @@ OUTBOX_STARTUP_SETTINGS(OUTBOX_SETTING_VARIABLE_STRING, OUTBOX_SETTING_VARIABLE_
 OUTBOX_SETTINGS(OUTBOX_SETTING_VARIABLE_STRING, OUTBOX_SETTING_VARIABLE_INT,
 				OUTBOX_SETTING_VARIABLE_BOOL, OUTBOX_SETTING_VARIABLE_ENUM)
 
+#define OUTBOX_ENUM_OPTION(value, name) {name, value, false},
 static const struct config_enum_entry message_format_options[] = {
-	{"envelope", OUTBOX_FORMAT_ENVELOPE, false},
-	{"payload", OUTBOX_FORMAT_PAYLOAD, false},
-	{"cloudevents", OUTBOX_FORMAT_CLOUDEVENTS, false},
-	{NULL, 0, false}
+	OUTBOX_MESSAGE_FORMATS(OUTBOX_ENUM_OPTION) {NULL, 0, false}
 };
-
 static const struct config_enum_entry delivery_options[] = {
-	{"at_least_once", OUTBOX_AT_LEAST_ONCE, false},
-	{"exactly_once", OUTBOX_EXACTLY_ONCE, false},
-	{NULL, 0, false}
+	OUTBOX_DELIVERY_MODES(OUTBOX_ENUM_OPTION) {NULL, 0, false}
 };
-
 static const struct config_enum_entry pause_options[] = {
-	{"none", OUTBOX_PAUSE_NONE, false},
-	{"after_produce", OUTBOX_PAUSE_AFTER_PRODUCE, false},
-	{"before_commit", OUTBOX_PAUSE_BEFORE_COMMIT, false},
-	{"after_commit", OUTBOX_PAUSE_AFTER_COMMIT, false},
-	{"after_settle", OUTBOX_PAUSE_AFTER_SETTLE, false},
-	{NULL, 0, false}
+	OUTBOX_PAUSE_POINTS(OUTBOX_ENUM_OPTION) {NULL, 0, false}
 };
 
 /* Kafka's rule for a topic name; its own topics start with "__". */

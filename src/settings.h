@@ -11,28 +11,41 @@
 /* outbox.shards is capped so a transaction can track its shards in a mask */
 #define OUTBOX_MAX_SHARDS 64
 
-typedef enum OutboxMessageFormat
-{
-	OUTBOX_FORMAT_ENVELOPE,
-	OUTBOX_FORMAT_PAYLOAD,
-	OUTBOX_FORMAT_CLOUDEVENTS
-} OutboxMessageFormat;
+/*
+ * The options of the enum settings, as rows (C value, the setting's
+ * value): each makes the enum's value here and its option in settings.c,
+ * so a new option is one line.
+ */
+#define OUTBOX_MESSAGE_FORMATS(OPTION) \
+	OPTION(OUTBOX_FORMAT_ENVELOPE, "envelope") \
+	OPTION(OUTBOX_FORMAT_PAYLOAD, "payload") \
+	OPTION(OUTBOX_FORMAT_CLOUDEVENTS, "cloudevents")
 
 /* outbox.delivery: what a consumer may see (docs/guarantees.md) */
-typedef enum OutboxDelivery
-{
-	OUTBOX_AT_LEAST_ONCE,
-	OUTBOX_EXACTLY_ONCE
-} OutboxDelivery;
+#define OUTBOX_DELIVERY_MODES(OPTION) \
+	OPTION(OUTBOX_AT_LEAST_ONCE, "at_least_once") \
+	OPTION(OUTBOX_EXACTLY_ONCE, "exactly_once")
 
 /* outbox.test_pause_at: where a worker stops for a test to kill it */
+#define OUTBOX_PAUSE_POINTS(OPTION) \
+	OPTION(OUTBOX_PAUSE_NONE, "none") \
+	OPTION(OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce") \
+	OPTION(OUTBOX_PAUSE_BEFORE_COMMIT, "before_commit") \
+	OPTION(OUTBOX_PAUSE_AFTER_COMMIT, "after_commit") \
+	OPTION(OUTBOX_PAUSE_AFTER_SETTLE, "after_settle")
+
+#define OUTBOX_ENUM_VALUE(value, name) value,
+typedef enum OutboxMessageFormat
+{
+	OUTBOX_MESSAGE_FORMATS(OUTBOX_ENUM_VALUE)
+} OutboxMessageFormat;
+typedef enum OutboxDelivery
+{
+	OUTBOX_DELIVERY_MODES(OUTBOX_ENUM_VALUE)
+} OutboxDelivery;
 typedef enum OutboxPausePoint
 {
-	OUTBOX_PAUSE_NONE,
-	OUTBOX_PAUSE_AFTER_PRODUCE,
-	OUTBOX_PAUSE_BEFORE_COMMIT,
-	OUTBOX_PAUSE_AFTER_COMMIT,
-	OUTBOX_PAUSE_AFTER_SETTLE
+	OUTBOX_PAUSE_POINTS(OUTBOX_ENUM_VALUE)
 } OutboxPausePoint;
 
 /*
