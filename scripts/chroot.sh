@@ -82,7 +82,10 @@ mount_all() {
 make_root() {
   local r=$1 packages=$2 mode=${3:-}
   if [ ! -x "$r/usr/bin/apt-get" ]; then
-    command -v debootstrap >/dev/null || { apt-get update -qq; apt-get install -y -qq debootstrap >/dev/null; }
+    # the machine's apt, one at a time: chroots are made at once (scripts/test.sh)
+    command -v debootstrap >/dev/null ||
+      flock "$CACHE/apt.lock" sh -c 'command -v debootstrap >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }'
     log "debootstrap $SUITE into $r"
     rm -rf "$r"
     debootstrap --variant=minbase "$SUITE" "$r" "$MIRROR" >"$r.debootstrap.log" 2>&1 \
@@ -162,8 +165,10 @@ package_check() {
   rm -rf "$DIR$PKG"
   copy_tree "$DIR$PKG/src"
   # pg_virtualenv's cluster would take 5432 if free; the chroot shares
-  # the machine's loopback, so it gets a free port of its own
-  local port=55432
+  # the machine's loopback, so it gets a free port of its own, counted
+  # from one per major: majors packaged at once (scripts/test.sh) would
+  # both find the same port free
+  local port=$((55000 + MAJOR * 10))
   while (echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
   in_chroot sh -c "cd $PKG/src && PGPORT=$port PG_UPDATECONTROL=yes dpkg-buildpackage -us -uc -b -d" \
     >"$DIR.package.log" 2>&1 || { tail -n 60 "$DIR.package.log"; return 1; }
