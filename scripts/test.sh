@@ -134,8 +134,10 @@ fi
 # CPU figure between two phases run alone afterwards, where a neighbour's
 # load cannot land in one phase and not the other (t/060's ratio is of two
 # threads in the same seconds, and the latency bounds are 5-10 times what
-# is measured two at once: they share).
-MOCK_ALONE="t/026_retry_drain.pl t/054_partition_pacing.pl t/062_long_snapshot.pl"
+# is measured two at once: they share). t/050 too, until we know why its
+# template copy once waited past 30 s for its first delivery two at once
+# under a loaded machine (it passes alone and beside its neighbour).
+MOCK_ALONE="t/026_retry_drain.pl t/050_databases.pl t/054_partition_pacing.pl t/062_long_snapshot.pl"
 mock_together=()
 for t in t/0*.pl; do [[ " $MOCK_ALONE " == *" $t "* ]] || mock_together+=("$t"); done
 PROVE_JOBS=2 run_tap "pg_regress and the TAP tests on the project's broker, two at once" "" "${mock_together[*]}"
