@@ -69,6 +69,7 @@ typedef struct ConfBuild
 {
 	KafkaConf	kc;
 	const char *client_id;
+	const char *transactional_id;	/* exactly once's; NULL: not transactional */
 	int			timeout_ms;		/* the user's message.timeout.ms */
 } ConfBuild;
 
@@ -106,21 +107,9 @@ struct OutboxProducer
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
 	bool		handles_full_told;	/* logged the handles' limit reached */
 	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
-	bool		transactional;	/* built for outbox.delivery = exactly_once */
+	bool		transactional;	/* built with a transactional.id */
 	OutboxProgressReport progress;	/* of the last progress record produced */
 };
-
-/*
- * The transactional.id of this process's producers in exactly-once mode,
- * set once by transaction.c (it knows what makes it stable).
- */
-static char transactional_id[256] = "";
-
-void
-outbox_producer_set_transactional_id(const char *id)
-{
-	strlcpy(transactional_id, id, sizeof(transactional_id));
-}
 
 /*
  * What a message that timed out while Kafka was unreachable failed with:
@@ -323,10 +312,10 @@ set_transactional(ConfBuild *build, char **error)
 	long		timeout_ms = conf_number(build->kc.conf, "message.timeout.ms");
 	char		value[32];
 
-	if (outbox_delivery != OUTBOX_EXACTLY_ONCE)
+	if (build->transactional_id == NULL)
 		return true;
 	snprintf(value, sizeof(value), "%ld", Max(timeout_ms, 60000L));
-	return outbox_kafka_conf_set(&build->kc, "transactional.id", transactional_id, error) &&
+	return outbox_kafka_conf_set(&build->kc, "transactional.id", build->transactional_id, error) &&
 		outbox_kafka_conf_set(&build->kc, "transaction.timeout.ms", value, error);
 }
 
@@ -374,13 +363,13 @@ set_derived_properties(KafkaConf *kc, void *arg, char **error)
 	for (size_t i = 0; i < lengthof(derived); i++)
 	{
 		/* a transaction, not the gap-less rule, fails what follows a failure */
-		bool		skip = outbox_delivery == OUTBOX_EXACTLY_ONCE &&
+		bool		skip = build->transactional_id != NULL &&
 			strcmp(derived[i].name, "enable.gapless.guarantee") == 0;
 
 		if (!skip && !outbox_kafka_conf_set(kc, derived[i].name, derived[i].value, error))
 			return false;
 	}
-	return outbox_delivery != OUTBOX_EXACTLY_ONCE ||
+	return build->transactional_id == NULL ||
 		outbox_kafka_conf_set(kc, "socket.timeout.ms", "60000", error);
 }
 
@@ -400,11 +389,13 @@ fit_to_user_properties(KafkaConf *kc, void *arg, char **error)
  * what it says. Returns false with *error set when a setting is refused.
  */
 static bool
-build_conf(ConfBuild *build, const char *client_id, char **error)
+build_conf(ConfBuild *build, const char *client_id, const char *transactional_id,
+		   char **error)
 {
 	KafkaConfRole role = {set_derived_properties, fit_to_user_properties, build};
 
 	build->client_id = client_id;
+	build->transactional_id = transactional_id;
 	return outbox_kafka_conf_build(&build->kc, &role, error);
 }
 
@@ -476,7 +467,8 @@ free_producer(OutboxProducer *producer)
 
 /* Returns NULL with *error set when the settings are refused. */
 OutboxProducer *
-outbox_producer_create(const char *name, const char *client_id, char **error)
+outbox_producer_create(const char *name, const char *client_id,
+					   const char *transactional_id, char **error)
 {
 	OutboxProducer *producer = MemoryContextAllocZero(TopMemoryContext, sizeof(OutboxProducer));
 	ConfBuild	build;
@@ -490,14 +482,14 @@ outbox_producer_create(const char *name, const char *client_id, char **error)
 														 ALLOCSET_DEFAULT_SIZES);
 	producer->message_context = AllocSetContextCreate(TopMemoryContext, "outbox messages",
 													  ALLOCSET_DEFAULT_SIZES);
-	if (!build_conf(&build, client_id, error))
+	if (!build_conf(&build, client_id, transactional_id, error))
 	{
 		free_producer(producer);
 		return NULL;
 	}
 	producer->settings = MemoryContextStrdup(TopMemoryContext, build.kc.applied.data);
 	producer->timeout_ms = build.timeout_ms;
-	producer->transactional = (outbox_delivery == OUTBOX_EXACTLY_ONCE);
+	producer->transactional = (transactional_id != NULL);
 	pfree(build.kc.applied.data);
 	set_callbacks(build.kc.conf, producer);
 	producer->rk = rd_kafka_new(RD_KAFKA_PRODUCER, build.kc.conf, errstr, sizeof(errstr));
@@ -607,13 +599,13 @@ note_differences(const char *from, const char *to, StringInfo names)
  * keeps the producer as it is (logged).
  */
 bool
-outbox_producer_outdated(OutboxProducer *producer)
+outbox_producer_outdated(OutboxProducer *producer, const char *transactional_id)
 {
 	ConfBuild	build;
 	char	   *error = NULL;
 	StringInfoData names;
 
-	if (!build_conf(&build, producer->client_id, &error))
+	if (!build_conf(&build, producer->client_id, transactional_id, &error))
 	{
 		ereport(LOG,
 				(errmsg("%s: the new Kafka settings cannot be applied, the producer keeps its own: %s",

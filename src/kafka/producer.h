@@ -25,15 +25,19 @@ typedef struct OutboxProgressReport
 	int64		offset;			/* where Kafka wrote it */
 } OutboxProgressReport;
 
+/* transactional_id: the delivery mode's (exactly once), NULL for none */
 extern OutboxProducer *outbox_producer_create(const char *name,
-											  const char *client_id, char **error);
+											  const char *client_id,
+											  const char *transactional_id,
+											  char **error);
 extern void outbox_producer_destroy(OutboxProducer *producer);
 
 /*
  * Whether the settings, read again, now give librdkafka other properties
  * than the producer was built with (it must then be rebuilt); logs which.
  */
-extern bool outbox_producer_outdated(OutboxProducer *producer);
+extern bool outbox_producer_outdated(OutboxProducer *producer,
+									 const char *transactional_id);
 
 typedef enum ProduceResult
 {
@@ -90,7 +94,6 @@ extern void outbox_producer_probe(OutboxProducer *producer);
 
 /* Exactly-once (transaction.c): the transactional producer's extras. */
 struct rd_kafka_s;
-extern void outbox_producer_set_transactional_id(const char *id);
 extern struct rd_kafka_s *outbox_producer_handle(OutboxProducer *producer);
 extern bool outbox_producer_produce_progress(OutboxProducer *producer, const char *topic,
 											 int32 partition, const char *key,

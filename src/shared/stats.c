@@ -26,6 +26,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -75,7 +76,7 @@ typedef struct ShardStats
 	int64		in_flight_first;	/* 0: nothing in flight */
 	int64		in_flight_last;
 	TimestampTz in_flight_since;
-	bool		exactly_once;	/* the producer is transactional */
+	char		delivery[32];	/* the mode serving the producer, "" before one */
 	int			txn_events;		/* in the open Kafka transaction */
 	TimestampTz txn_opened_at;	/* 0: none open */
 	LatencyWindow windows[NWINDOWS];
@@ -194,6 +195,7 @@ mark_attached(ShardStats *entry, bool attached, bool no_extension, TimestampTz n
 	entry->no_extension = no_extension;
 	entry->in_flight_first = 0;
 	entry->nbrokers = 0;
+	entry->delivery[0] = '\0';
 }
 
 /*
@@ -423,14 +425,23 @@ outbox_stats_brokers(const OutboxBrokerInfo *brokers, int nbrokers)
 	SpinLockRelease(&mine->mutex);
 }
 
-/* Exactly-once (transaction.c): the mode and the open Kafka transaction. */
 void
-outbox_stats_transaction(bool exactly_once, int events, TimestampTz opened_at)
+outbox_stats_delivery(const char *mode)
 {
 	if (mine == NULL)
 		return;
 	SpinLockAcquire(&mine->mutex);
-	mine->exactly_once = exactly_once;
+	strlcpy(mine->delivery, mode, sizeof(mine->delivery));
+	SpinLockRelease(&mine->mutex);
+}
+
+/* Exactly-once (transaction.c): the open Kafka transaction. */
+void
+outbox_stats_transaction(int events, TimestampTz opened_at)
+{
+	if (mine == NULL)
+		return;
+	SpinLockAcquire(&mine->mutex);
 	mine->txn_events = events;
 	mine->txn_opened_at = opened_at;
 	SpinLockRelease(&mine->mutex);
@@ -607,9 +618,9 @@ shown_state(const ShardStats *entry, int pid, bool starting)
 static const char *
 shown_delivery(const ShardStats *entry, int pid)
 {
-	return (pid != 0 && entry->attached ? entry->exactly_once :
-			outbox_delivery == OUTBOX_EXACTLY_ONCE) ?
-		"exactly_once" : "at_least_once";
+	if (pid != 0 && entry->attached && entry->delivery[0] != '\0')
+		return entry->delivery;
+	return GetConfigOption("outbox.delivery", false, false);
 }
 
 #define COUNTER(name) Int64GetDatum((int64) pg_atomic_read_u64(&e->name))

@@ -53,7 +53,9 @@ extern void outbox_stats_error(const char *message);
 extern void outbox_stats_settled(OutboxEvent *const *events, int nevents);
 extern void outbox_stats_dead_lettered(uint64 count);
 extern void outbox_stats_in_flight(int64 first_id, int64 last_id);
-extern void outbox_stats_transaction(bool exactly_once, int events, TimestampTz opened_at);
+/* the delivery mode a worker serves its producer with (worker/delivery.h) */
+extern void outbox_stats_delivery(const char *mode);
+extern void outbox_stats_transaction(int events, TimestampTz opened_at);
 extern void outbox_stats_transaction_ended(bool committed);
 extern void outbox_stats_brokers(const OutboxBrokerInfo *brokers, int nbrokers);
 extern void outbox_stats_last_error(char *buf, size_t size);

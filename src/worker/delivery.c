@@ -85,9 +85,16 @@ forget(void)
 	return NULL;
 }
 
+static const char *
+no_transactional_id(void)
+{
+	return NULL;
+}
+
 const OutboxDeliveryMode outbox_at_least_once = {
 	.name = "at_least_once",
 	.start = NULL,
+	.transactional_id = no_transactional_id,
 	.ready = ready,
 	.begin = begin,
 	.produced = produced,

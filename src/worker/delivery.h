@@ -40,6 +40,9 @@ typedef struct OutboxDeliveryMode
 	/* At the worker's start, whatever the mode (who: the worker, for the log). */
 	void		(*start) (int shard, const char *who);
 
+	/* The transactional.id its producers are built with, NULL for none. */
+	const char *(*transactional_id) (void);
+
 	/* Whether a read may be produced now. May block briefly. */
 	bool		(*ready) (OutboxProducer *producer, bool window_empty);
 

@@ -130,9 +130,9 @@ typedef struct OutboxTxn
 /* The worker's shard's (one worker a process). */
 static OutboxTxn *shard_txn;
 
-static void publish(OutboxTxn *txn, bool transactional);
+static void publish(OutboxTxn *txn);
 
-/* Sets the transactional.id of (system, database, shard) for the producers. */
+/* The transactional.id of (system, database, shard), for the producers. */
 static void
 start(int shard, const char *who)
 {
@@ -143,15 +143,20 @@ start(int shard, const char *who)
 	txn->known_offset = -1;
 	snprintf(txn->key, sizeof(txn->key), "pg_outbox-" UINT64_FORMAT "-%u-%d",
 			 GetSystemIdentifier(), MyDatabaseId, shard);
-	outbox_producer_set_transactional_id(txn->key);
-	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
+	publish(txn);
 	shard_txn = txn;
 }
 
-static void
-publish(OutboxTxn *txn, bool transactional)
+static const char *
+transactional_id(void)
 {
-	outbox_stats_transaction(transactional, txn->state == TS_OPEN ? txn->events : 0,
+	return shard_txn->key;
+}
+
+static void
+publish(OutboxTxn *txn)
+{
+	outbox_stats_transaction(txn->state == TS_OPEN ? txn->events : 0,
 							 txn->state == TS_OPEN ? txn->opened_at : 0);
 }
 
@@ -274,7 +279,7 @@ ready(OutboxProducer *producer, bool window_empty)
 				 errhint("Rejoin this server as a standby, or set outbox.enabled = off on it.")));
 		txn->logged_superseded = true;
 	}
-	publish(txn, true);
+	publish(txn);
 	if (txn->state == TS_OPEN)
 		return !txn->closing && txn->events < MAX_TRANSACTION_EVENTS;
 	return txn->state == TS_READY && window_empty;
@@ -457,7 +462,7 @@ produced(OutboxProducer *producer, OutboxBatch *batch)
 	}
 	if (closes_now(txn, producer, batch))
 		close_transaction(txn, producer, txn->extension, txn->ids, txn->nids);
-	publish(txn, true);
+	publish(txn);
 	if (n > 0)
 		pause_at(txn, OUTBOX_PAUSE_AFTER_PRODUCE, "after_produce");
 }
@@ -485,7 +490,7 @@ commit_transaction(OutboxTxn *txn, rd_kafka_t *rk, const OutboxProgressReport *p
 		txn->state = TS_COMMITTED;
 		txn->waiting = false;
 		txn->known_offset = progress->offset;
-		publish(txn, true);
+		publish(txn);
 		pause_at(txn, OUTBOX_PAUSE_AFTER_COMMIT, "after_commit");
 		return TXN_COMMITTED;
 	}
@@ -566,7 +571,7 @@ finish_transaction(OutboxTxn *txn, OutboxProducer *producer, OutboxWindow *windo
 	}
 	if (outcome == TXN_LOST_OUTCOME)
 		txn->lost_told = true;
-	publish(txn, true);
+	publish(txn);
 	return outcome;
 }
 
@@ -657,13 +662,14 @@ forget(void)
 		txn->state = TS_NEED_INIT;
 	txn->waiting = false;
 	txn->lost_told = false;
-	publish(txn, outbox_delivery == OUTBOX_EXACTLY_ONCE);
+	publish(txn);
 	return was_open ? "its Kafka transaction was not committed" : NULL;
 }
 
 const OutboxDeliveryMode outbox_exactly_once = {
 	.name = "exactly_once",
 	.start = start,
+	.transactional_id = transactional_id,
 	.ready = ready,
 	.begin = begin,
 	.produced = produced,

@@ -302,7 +302,7 @@ reload_settings(WorkerState *st)
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
 	if (st->producer != NULL && !st->rebuild_producer &&
-		outbox_producer_outdated(st->producer))
+		outbox_producer_outdated(st->producer, outbox_delivery_mode()->transactional_id()))
 	{
 		st->rebuild_producer = true;
 		/* new settings may be what Kafka waited for (a password, a CA) */
@@ -354,7 +354,9 @@ ensure_producer(WorkerState *st)
 		return !st->rebuild_producer;
 	/* built from outbox.delivery too: the mode serves it until it goes */
 	st->delivery = outbox_delivery_mode();
-	st->producer = outbox_producer_create(worker_name, client_id, &error);
+	outbox_stats_delivery(st->delivery->name);
+	st->producer = outbox_producer_create(worker_name, client_id,
+										  st->delivery->transactional_id(), &error);
 	st->no_producer = (st->producer == NULL);
 	if (st->producer == NULL)
 	{
@@ -1415,6 +1417,7 @@ outbox_worker_main(Datum main_arg)
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
 	st->delivery = outbox_delivery_start(st->shard, worker_name);
+	outbox_stats_delivery(st->delivery->name);
 	st->pass_context = AllocSetContextCreate(TopMemoryContext, "outbox pass",
 											 ALLOCSET_DEFAULT_SIZES);
 	st->read_wanted = true;
