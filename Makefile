@@ -1,5 +1,5 @@
 EXTENSION = outbox
-EXTVERSION = 0.6.0
+EXTVERSION = 0.7.0
 
 MODULE_big = outbox
 # every module of src/ and its rooms (src/README.md), and the envelope's

@@ -1,4 +1,4 @@
--- outbox 0.6.0: the transactional outbox.
+-- outbox 0.7.0: the transactional outbox.
 \echo Use "CREATE EXTENSION outbox" to load this file. \quit
 
 -- No CACHE: ids must be handed out in the order outbox_send() is called,
@@ -207,6 +207,100 @@ RETURNS trigger
 AS 'MODULE_PATHNAME', 'outbox_capture'
 LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@.outbox_capture() FROM PUBLIC;
+
+-- ---- Schema Registry (0.7.0) -----------------------------------------------
+-- Topics whose records carry the Confluent wire format: per topic and part
+-- (the value or the key), the format, how the registry's schema is found
+-- (lookup: a fixed schema id, a subject's version or 'latest', or the
+-- schema text registered under the subject) and what the workers learnt
+-- from the registry. outbox_send() checks a payload against schema_text in
+-- the sender's transaction; the workers frame records with schema_id. Set
+-- by outbox_topic_schema(); schema_id, schema_text (for lookups),
+-- resolved_at and last_error are the workers'. Dumped by pg_dump: it is
+-- configuration.
+CREATE TABLE @extschema@.outbox_topic_schema (
+    topic            text      NOT NULL,
+    part             text      NOT NULL DEFAULT 'value'
+                     CHECK (part IN ('value', 'key')),
+    format           text      NOT NULL
+                     CHECK (format IN ('json_schema', 'avro', 'protobuf')),
+    lookup           text      NOT NULL
+                     CHECK (lookup IN ('id', 'version', 'register')),
+    subject          text,
+    version          text
+                     CHECK (version = 'latest' OR version ~ '^[1-9][0-9]{0,8}$'),
+    message_indexes  integer[] NOT NULL DEFAULT '{0}'
+                     CHECK (cardinality(message_indexes) > 0
+                            AND 0 <= ALL (message_indexes)),
+    schema_text      text,
+    schema_id        integer   CHECK (schema_id >= 0),
+    resolved_at      timestamptz,
+    last_error       text,
+    PRIMARY KEY (topic, part),
+    CHECK (lookup = 'id' OR subject IS NOT NULL),
+    CHECK ((lookup = 'version') = (version IS NOT NULL)),
+    CHECK (lookup <> 'register' OR schema_text IS NOT NULL),
+    CHECK (lookup <> 'id' OR schema_id IS NOT NULL)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_topic_schema', '');
+REVOKE ALL ON TABLE @extschema@.outbox_topic_schema FROM PUBLIC;
+
+-- Sets (or replaces) a topic's schema. Exactly one of schema (registered
+-- under the subject), schema_id (fixed) and version (a number or 'latest'
+-- of the subject) says how the registry's schema is found. The subject
+-- follows subject_strategy as Confluent's serializers name it: 'topic'
+-- (<topic>-value, <topic>-key), 'record' (record_name: the Avro record's
+-- or Protobuf message's full name) or 'topic_record' (<topic>-<record_name>);
+-- subject overrides it. A replaced row is resolved again by the workers.
+CREATE FUNCTION @extschema@.outbox_topic_schema(
+    topic text, format text,
+    schema text DEFAULT NULL, schema_id integer DEFAULT NULL,
+    version text DEFAULT NULL,
+    subject_strategy text DEFAULT 'topic', record_name text DEFAULT NULL,
+    message_indexes integer[] DEFAULT '{0}', part text DEFAULT 'value',
+    subject text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    how text;
+    named text;
+BEGIN
+    IF num_nonnulls(schema, schema_id, version) <> 1 THEN
+        RAISE EXCEPTION 'outbox_topic_schema: give exactly one of schema, schema_id and version'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    how := CASE WHEN schema_id IS NOT NULL THEN 'id'
+                WHEN version IS NOT NULL THEN 'version'
+                ELSE 'register' END;
+    IF subject_strategy NOT IN ('topic', 'record', 'topic_record') THEN
+        RAISE EXCEPTION 'outbox_topic_schema: unknown subject_strategy "%"', subject_strategy
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use topic, record or topic_record.';
+    END IF;
+    IF subject_strategy <> 'topic' AND record_name IS NULL THEN
+        RAISE EXCEPTION 'outbox_topic_schema: subject_strategy % needs record_name', subject_strategy
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    named := coalesce(subject, CASE subject_strategy
+        WHEN 'topic' THEN topic || '-' || part
+        WHEN 'record' THEN record_name
+        ELSE topic || '-' || record_name END);
+    INSERT INTO @extschema@.outbox_topic_schema AS s
+        (topic, part, format, lookup, subject, version, message_indexes,
+         schema_text, schema_id)
+    VALUES (topic, part, format, how, named, version, message_indexes,
+            schema, schema_id)
+    ON CONFLICT ON CONSTRAINT outbox_topic_schema_pkey DO UPDATE
+        SET format = excluded.format, lookup = excluded.lookup,
+            subject = excluded.subject, version = excluded.version,
+            message_indexes = excluded.message_indexes,
+            schema_text = excluded.schema_text, schema_id = excluded.schema_id,
+            resolved_at = NULL, last_error = NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.outbox_topic_schema(text, text, text, integer, text, text, text, integer[], text, text) FROM PUBLIC;
 
 -- ---- Monitoring (0.3.0) ----------------------------------------------------
 -- Statistics live in shared memory, per database and shard: reading them

@@ -21,8 +21,8 @@ use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my @from = ('0.1.0', '0.2.0', '0.3.0', '0.4.0', '0.5.0');
-my $current = '0.6.0';
+my @from = ('0.1.0', '0.2.0', '0.3.0', '0.4.0', '0.5.0', '0.6.0');
+my $current = '0.7.0';
 
 my $broker = start_broker(topics => ['upgrade:3']);
 my $node = new_outbox_node('upgrade', $broker, no_extension => 1,
