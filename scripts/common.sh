@@ -8,9 +8,10 @@ PG_MAJOR=${OUTBOX_PG_MAJOR:-$(machine_major)}
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 RUN_USER=postgres
 # the build's packages, then the tests': protoc decodes the envelope, kcat
-# reads Kafka, IPC::Run runs the TAP tests, pg_repack is t/031's
+# reads Kafka, IPC::Run runs the TAP tests, pg_repack is t/031's, pip
+# fetches the librdkafka t/104 runs SCRAM on (ensure_newer_librdkafka)
 PACKAGES="$(build_packages "$PG_MAJOR") protobuf-compiler kcat libipc-run-perl
-postgresql-$PG_MAJOR-repack"
+postgresql-$PG_MAJOR-repack python3-pip"
 
 # Downloads live outside the tree, so a second run is offline: the real
 # Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.
@@ -92,6 +93,32 @@ ensure_debezium_jars() { ensure_pinned_jars debezium "$OUTBOX_DEBEZIUM_LIBS"; }
 
 # The PostgreSQL JDBC driver, for the XA client of t/058_xa_jdbc.pl.
 ensure_xa_jars() { ensure_pinned_jars xa "$OUTBOX_XA_LIBS"; }
+
+# librdkafka 2.16.0 for t/104's SCRAM cases (Debian 12's 2.0.2 cannot log
+# in to Kafka 4 with SCRAM: fixed in 2.6.1), from the pinned PyPI wheel
+# of confluent-kafka 2.16.1, which bundles it linked statically but for
+# libc: extracted as librdkafka.so.1 alone in a directory that only the
+# test puts in LD_LIBRARY_PATH (OUTBOX_TEST_LIBRDKAFKA); Debian's stays
+# what everything else loads.
+NEWER_LIBRDKAFKA_WHEEL=confluent_kafka-2.16.1-cp311-cp311-manylinux_2_28_x86_64.whl
+NEWER_LIBRDKAFKA_SHA256=24f613cc81a856b6fbb2d7d11044a9aa770044eecc1f83ff84618688b056be06
+ensure_newer_librdkafka() {
+  local wheel=$CACHE/pypi/$NEWER_LIBRDKAFKA_WHEEL dir=$CACHE/librdkafka-2.16.0
+  [ "$(uname -m)" = x86_64 ] || return 0
+  if [ ! -f "$dir/librdkafka.so.1" ]; then
+    [ -f "$wheel" ] || { log "fetching $NEWER_LIBRDKAFKA_WHEEL"; pip3 download -q --no-deps \
+      --only-binary=:all: --python-version 3.11 --platform manylinux_2_28_x86_64 \
+      -d "$CACHE/pypi" confluent-kafka==2.16.1; }
+    echo "$NEWER_LIBRDKAFKA_SHA256  $wheel" | sha256sum -c --quiet
+    rm -rf "$dir.new" && mkdir -p "$dir.new"
+    python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+[lib] = [n for n in z.namelist() if n.startswith("confluent_kafka.libs/librdkafka-")]
+open(sys.argv[2], "wb").write(z.read(lib))' "$wheel" "$dir.new/librdkafka.so.1"
+    chmod -R a+rX "$dir.new" && rm -rf "$dir" && mv "$dir.new" "$dir"
+  fi
+  export OUTBOX_TEST_LIBRDKAFKA=$dir
+}
 
 # A temporary directory owned by the unprivileged user, removed on exit
 # together with everything started in it (see cleanup_push).

@@ -82,6 +82,7 @@ build_and_install
 ensure_js_packages
 ensure_kafka_jars
 ensure_xa_jars
+ensure_newer_librdkafka
 make_workdir
 # a test killed hard cannot stop its brokers: whatever still runs from the
 # copy of the tree is stopped with it
@@ -119,7 +120,8 @@ report_failure() {
 run_tap() {
   log "running $1"
   [ -n "${4:-}" ] || as_user make -s PG_CONFIG=$PG_BIN/pg_config installcheck || report_failure
-  as_user env OUTBOX_TEST_KAFKA="$2" OUTBOX_TEST_KAFKA_BOOTSTRAP="${OUTBOX_TEST_KAFKA_BOOTSTRAP:-}" make -s PG_CONFIG=$PG_BIN/pg_config prove_installcheck \
+  as_user env OUTBOX_TEST_KAFKA="$2" OUTBOX_TEST_KAFKA_BOOTSTRAP="${OUTBOX_TEST_KAFKA_BOOTSTRAP:-}" \
+    OUTBOX_TEST_LIBRDKAFKA="${OUTBOX_TEST_LIBRDKAFKA:-}" make -s PG_CONFIG=$PG_BIN/pg_config prove_installcheck \
     PROVE_FLAGS="--timer --verbose -j${PROVE_JOBS:-1}" PROVE_TESTS="$3" || report_failure
 }
 

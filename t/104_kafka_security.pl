@@ -9,6 +9,16 @@
 # dead letter), and deliver once the mistake is fixed and the server
 # reloaded. Read back with kcat through the PLAINTEXT listener.
 #
+# SCRAM needs librdkafka 2.6.1 or later with Kafka 4: with an older one
+# (Debian 12's 2.0.2) the test checks the refusal, and the log's hint of
+# what to do, once per worker rather than once per retry; then, when
+# OUTBOX_TEST_LIBRDKAFKA names a directory with a newer librdkafka.so.1
+# (scripts/common.sh's ensure_newer_librdkafka: the one PyPI's
+# confluent-kafka wheel bundles), it restarts the server on that library
+# (LD_LIBRARY_PATH, the extension as built) and runs every SCRAM case
+# there: SCRAM-SHA-512 and SCRAM-SHA-256 deliver, a wrong password is
+# refused, nothing is lost.
+#
 # Real cluster only: the mock cluster has no TLS and no SASL.
 use strict;
 use warnings;
@@ -24,15 +34,34 @@ use Time::HiRes qw(time);
 # tolerated it): with such a library SCRAM cannot log in to Kafka 4.4,
 # whatever the password. The library the server loads is the one kcat
 # loads (same LD_LIBRARY_PATH).
-my ($librdkafka) = `kcat -V` =~ /librdkafka (\d+\.\d+\.\d+)/;
-die "cannot tell librdkafka's version from kcat -V" unless $librdkafka;
-my $scram_ok = sprintf('%03d%03d%03d', split /\./, $librdkafka) ge '002006001';
+sub librdkafka_version
+{
+	my ($version) = `kcat -V` =~ /librdkafka (\d+\.\d+\.\d+)/;
+	die "cannot tell librdkafka's version from kcat -V" unless $version;
+	return $version;
+}
+sub scram_works { return sprintf('%03d%03d%03d', split /\./, $_[0]) ge '002006001'; }
+my $librdkafka = librdkafka_version();
+my $scram_ok = scram_works($librdkafka);
 note("librdkafka $librdkafka: SCRAM with Kafka 4 " . ($scram_ok ? 'works' : 'cannot work'));
+
+# The newer library the SCRAM cases run on when the machine's cannot.
+my $newer_dir = $scram_ok ? undef : $ENV{OUTBOX_TEST_LIBRDKAFKA};
+my $newer;
+if ($newer_dir)
+{
+	die "OUTBOX_TEST_LIBRDKAFKA: no librdkafka.so.1 in $newer_dir\n"
+	  unless -f "$newer_dir/librdkafka.so.1";
+	local $ENV{LD_LIBRARY_PATH} = $newer_dir;
+	$newer = librdkafka_version();
+	die "OUTBOX_TEST_LIBRDKAFKA: librdkafka $newer in $newer_dir, not 2.6.1 or later\n"
+	  unless scram_works($newer);
+}
 
 my $user = 'pg-outbox';
 my $password = 'scram-pw-' . int(rand(1e9));
 my $cluster = start_real_kafka(security => 1, users => { $user => $password },
-	topics => [ 'sasl_events:3', 'tls_events:3' ]);
+	topics => [ 'sasl_events:3', 'tls_events:3', 'scram_events:3' ]);
 
 # Everything pg_outbox is given lives in its own directory, as the guide's
 # /etc/postgresql/kafka does: owned by the server's user (the tests run as
@@ -83,8 +112,13 @@ copy_private($cluster->ca_file, "$etc/ca.pem");
 # The guide's outbox.kafka_config lines, with the tests' shorter Kafka
 # timeouts after them (the production defaults only make a failure wait
 # longer: see message.timeout.ms in docs/settings.md and docs/guarantees.md).
-my $sasl_config = "security.protocol=SASL_SSL,sasl.mechanisms=SCRAM-SHA-512,"
-  . "ssl.ca.location=$etc/ca.pem,ssl.endpoint.identification.algorithm=https";
+sub sasl_config
+{
+	my ($mechanism) = @_;
+	return "security.protocol=SASL_SSL,sasl.mechanisms=$mechanism,"
+	  . "ssl.ca.location=$etc/ca.pem,ssl.endpoint.identification.algorithm=https";
+}
+my $sasl_config = sasl_config('SCRAM-SHA-512');
 sub tls_config
 {
 	my (%o) = @_;
@@ -150,11 +184,40 @@ sub reconfigure
 
 # ---- 1. SASL_SSL with SCRAM-SHA-512 -------------------------------------
 
-my ($first_s, $sasl_load_s) = (-1, -1);
+# The librdkafka files the node's workers mapped (/proc/PID/maps).
+sub loaded_librdkafka
+{
+	my %paths;
+	for my $pid (@{ worker_pids($node) })
+	{
+		my $maps = eval { PostgreSQL::Test::Utils::slurp_file("/proc/$pid/maps") } // '';
+		$paths{$1} = 1 while $maps =~ m{(/\S*librdkafka[^/\s]*\.so\S*)}g;
+	}
+	return join(',', sort keys %paths);
+}
+
+# The logins the brokers refused so far.
+sub refused_logins
+{
+	my $n = 0;
+	for my $i (1 .. 3)
+	{
+		my $log = eval { PostgreSQL::Test::Utils::slurp_file($cluster->dir . "/node$i/server.log") } // '';
+		$n += () = $log =~ /Failed authentication with/g;
+	}
+	return $n;
+}
+
+# The hint of a worker whose librdkafka is older than 2.6.1 (errors.c).
+my $hint = qr/HINT:  SASL\/SCRAM authentication failed with librdkafka (\S+), which sends a SCRAM message Kafka 4\.0 and later reject \(fixed in librdkafka 2\.6\.1\): with Kafka 4, install librdkafka 2\.6\.1 or later, see docs\/operations\.md\./;
+
+my ($first_s, $sasl_load_s, $sha256_s) = (-1, -1, -1);
+my %resume = (wrong_password => -1);
 my $t0 = time;
 if (!$scram_ok)
 {
-	# What an operator sees: the broker's refusal, the events kept.
+	# What an operator sees: the broker's refusal, the events kept, and
+	# once per worker (not per login retried) what to do about it.
 	my $from = 0;
 	send_one('sasl_events', 10);
 	my $line;
@@ -164,19 +227,18 @@ if (!$scram_ok)
 	}), "librdkafka $librdkafka: SCRAM-SHA-512 with the right password is refused by Kafka 4.4");
 	diag("librdkafka $librdkafka, right password: $line");
 	is(sql('SELECT count(*) FROM outbox'), '1', 'the event stays in the outbox');
-}
-else
-{
-	send_one('sasl_events', 10);
-	ok(wait_for_empty($node, 120), 'SASL_SSL: the first event is delivered');
-	$first_s = time - $t0;
-
-	my $load = start_load($node, topic => 'sasl_events', sessions => 4, per_session => 150,
-		keys => 5, rollback_every => 7, first_session => 1);
-	wait_load($load);
-	ok(wait_for_empty($node, 180), 'SASL_SSL: the load is delivered');
-	$sasl_load_s = time - $t0;
-	is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'SASL_SSL: no dead letters');
+	like(log_since($node, $from), qr/started: delivering to .* with librdkafka \Q$librdkafka\E\n/,
+		"the workers' start line names librdkafka $librdkafka");
+	my $loaded = loaded_librdkafka();
+	ok($loaded ne '' && !($newer_dir && index($loaded, $newer_dir) >= 0),
+		"the workers loaded the machine's librdkafka: $loaded");
+	ok(wait_until(60, sub { refused_logins() >= 8 }), 'the brokers refused at least 8 logins')
+	  or diag('refused logins: ' . refused_logins());
+	my @hints = log_since($node, $from) =~ /$hint/g;
+	diag(sprintf('librdkafka %s: %d refused logins, %d hint(s): %s', $librdkafka,
+			refused_logins(), scalar @hints, log_since($node, $from) =~ /(HINT:  SASL[^\n]*)/));
+	ok(@hints >= 1 && @hints <= 2, 'the log says what to do once per worker (2 shards), not per retry');
+	is(join(',', @hints), join(',', ($librdkafka) x @hints), 'the hint names the loaded librdkafka');
 }
 
 # ---- 3a. a wrong password ------------------------------------------------
@@ -232,18 +294,47 @@ sub break_and_fix
 	return $resume;
 }
 
-my %resume = (wrong_password => -1);
-SKIP:
+# Every SCRAM case, on topic $topic with sessions from $base + 1: the
+# first event, a load, a wrong password and its fix, SCRAM-SHA-256; then
+# nothing committed is lost.
+sub scram_cases
 {
-	skip "SCRAM cannot log in to Kafka 4 with librdkafka $librdkafka (< 2.6.1)", 1 unless $scram_ok;
-	$resume{wrong_password} = break_and_fix(label => 'wrong password', topic => 'sasl_events',
-		first_session => 11,
+	my ($topic, $base) = @_;
+	my $version = librdkafka_version();
+	$t0 = time;
+	send_one($topic, $base + 10);
+	ok(wait_for_empty($node, 120), "librdkafka $version, SCRAM-SHA-512: the first event is delivered");
+	$first_s = time - $t0;
+
+	my $load = start_load($node, topic => $topic, sessions => 4, per_session => 150,
+		keys => 5, rollback_every => 7, first_session => $base + 1);
+	wait_load($load);
+	ok(wait_for_empty($node, 180), 'SCRAM-SHA-512: the load is delivered');
+	$sasl_load_s = time - $t0;
+	is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'SCRAM-SHA-512: no dead letters');
+
+	my $from = -s $node->logfile;
+	$resume{wrong_password} = break_and_fix(label => 'wrong password', topic => $topic,
+		first_session => $base + 11,
 		break => { secrets => { 'sasl.username' => $user, 'sasl.password' => "not-$password" } },
 		fix => { secrets => { 'sasl.username' => $user, 'sasl.password' => $password } },
 		log => qr/Kafka error: .*(?i:authentication)/,
 		error => qr/(?i:authentication)/);
-	check_delivery('SASL_SSL', committed_of($node, 1, 20), consume($cluster, 'sasl_events'));
+	is(log_count($node, $hint, $from), 0, "wrong password: no hint of an old librdkafka with $version");
+
+	my $t = time;
+	reconfigure(label => 'SCRAM-SHA-256', kafka_config => sasl_config('SCRAM-SHA-256'));
+	$load = start_load($node, topic => $topic, sessions => 2, per_session => 20,
+		keys => 3, rollback_every => 7, first_session => $base + 13);
+	wait_load($load);
+	ok(wait_for_empty($node, 120), 'SCRAM-SHA-256: delivered');
+	$sha256_s = time - $t;
+	is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'SCRAM-SHA-256: no dead letters');
+	check_delivery("SASL_SSL, librdkafka $version", committed_of($node, $base + 1, $base + 20),
+		consume($cluster, $topic));
 }
+
+scram_cases('sasl_events', 0) if $scram_ok;
 
 # ---- 2. mutual TLS, encrypted key ----------------------------------------
 
@@ -296,12 +387,39 @@ check_delivery('mutual TLS', committed_of($node, 20, 50), consume($cluster, 'tls
 check_delivery('SASL_SSL event delivered over TLS', committed_of($node, 10, 10),
 	consume($cluster, 'sasl_events')) unless $scram_ok;
 
+# ---- 4. SCRAM on a newer librdkafka -----------------------------------------
+
+# The guide's SCRAM set-up again, the server restarted with the newer
+# librdkafka.so.1 first in the dynamic linker's path (and kcat with it).
+my $newer_s = -1;
+SKIP:
+{
+	skip 'SCRAM ran on the machine\'s librdkafka', 1 if $scram_ok;
+	skip "librdkafka $librdkafka cannot log in with SCRAM to Kafka 4 and OUTBOX_TEST_LIBRDKAFKA "
+	  . 'names no newer one', 1 unless $newer_dir;
+	my $t = time;
+	$node->append_conf('postgresql.conf', "outbox.brokers = '" . $cluster->bootstrap_sasl . "'\n"
+		  . "outbox.kafka_config = '$sasl_config,$OutboxTest::TEST_KAFKA_CONFIG'\n");
+	write_secrets('sasl.username' => $user, 'sasl.password' => $password);
+	my $from = -s $node->logfile;
+	local $ENV{LD_LIBRARY_PATH} = $newer_dir;
+	$node->restart;
+	ok(wait_until(30, sub { log_count($node, qr/started: delivering to \S+ with librdkafka \Q$newer\E\n/,
+		$from) >= 2 }), "both workers start with librdkafka $newer")
+	  or diag(log_since($node, $from));
+	my $loaded = loaded_librdkafka();
+	is($loaded, "$newer_dir/librdkafka.so.1", "the workers loaded $loaded");
+	scram_cases('scram_events', 50);
+	$newer_s = time - $t;
+}
+
 diag(sprintf("FIGURES kafka security: first_delivery_sasl_s=%.1f sasl_load_s=%.1f "
 		  . "first_delivery_tls_s=%.1f resume_wrong_password_s=%.1f resume_untrusted_ca_s=%.1f "
-		  . "resume_expired_certificate_s=%.1f dead_letters=%d cluster_startup_s=%.1f",
+		  . "resume_expired_certificate_s=%.1f dead_letters=%d cluster_startup_s=%.1f "
+		  . "scram_sha256_s=%.1f scram_librdkafka=%s newer_librdkafka_part_s=%.1f",
 		$first_s, $sasl_load_s, $tls_first_s, $resume{wrong_password}, $resume{untrusted_ca},
 		$resume{expired_certificate}, sql('SELECT count(*) FROM outbox_dead_letter'),
-		$cluster->startup_s));
+		$cluster->startup_s, $sha256_s, $scram_ok ? $librdkafka : $newer // 'none', $newer_s));
 
 $node->stop;
 done_testing();

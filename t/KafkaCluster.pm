@@ -7,7 +7,7 @@
 # ports, from the jars scripts/common.sh's ensure_kafka_jars fetched
 # (tools/kafka/pom.xml). Replication factor 3, min.insync.replicas 2, no
 # auto-created topics, no unclean elections. With security => 1 each node
-# also listens with SASL_SSL (SCRAM-SHA-512 users) and SSL with client
+# also listens with SASL_SSL (SCRAM-SHA-512 and -256 users) and SSL with client
 # certificates, made by openssl in the cluster's own directory; with
 # acls => 1 KRaft's StandardAuthorizer is on. The PLAINTEXT listener stays
 # open to everyone (ANONYMOUS is a super user): the tests read back and
@@ -216,8 +216,9 @@ sub _security_config
 	my ($self) = @_;
 	my $certs = "$self->{dir}/certs";
 	my $conf = <<"EOF";
-sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 ssl.keystore.type=PEM
 ssl.keystore.location=$certs/broker.pem
 ssl.truststore.type=PEM
@@ -241,8 +242,12 @@ sub _format_storage
 	# one id in 64 would start with "-", which the tool takes for an option
 	$id = MIME::Base64::encode_base64url(join '', map { chr int rand 256 } 1 .. 16)
 	  until defined $id && $id !~ /^-/;
-	my @scram = map { ('--add-scram', "SCRAM-SHA-512=[name=$_,password=$self->{users}{$_}]") }
-	  sort keys %{ $self->{users} };
+	my @scram;
+	for my $user (sort keys %{ $self->{users} })
+	{
+		push @scram, '--add-scram', "$_=[name=$user,password=$self->{users}{$user}]"
+		  for qw(SCRAM-SHA-512 SCRAM-SHA-256);
+	}
 	for my $node (@{ $self->_nodes })
 	{
 		$self->tool('kafka.tools.StorageTool', 'format', '-t', $id,

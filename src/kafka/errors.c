@@ -169,6 +169,42 @@ outbox_kafka_fatal(rd_kafka_t *rk, char *reason, size_t size)
 }
 
 /*
+ * librdkafka before 2.6.1 writes the client nonce twice into its SCRAM
+ * client-final message (librdkafka issue 4895): Kafka 4.0 and later
+ * refuse it as invalid credentials, whatever the password, and Kafka 3.x
+ * took it. A refusal cannot tell that from a wrong password, so what an
+ * operator can do about it goes beside the error.
+ */
+#define SCRAM_NONCE_FIXED 0x020601ff	/* librdkafka 2.6.1 */
+
+static bool
+conf_starts_with(rd_kafka_t *rk, const char *name, const char *prefix)
+{
+	char		value[64];
+	size_t		size = sizeof(value);
+
+	return rd_kafka_conf_get(rd_kafka_conf(rk), name, value, &size) == RD_KAFKA_CONF_OK &&
+		pg_strncasecmp(value, prefix, strlen(prefix)) == 0;
+}
+
+/*
+ * What to do about an error of the producer rk that librdkafka's reason
+ * does not say, or NULL.
+ */
+char *
+outbox_kafka_error_hint(rd_kafka_t *rk, rd_kafka_resp_err_t err)
+{
+	if (err != RD_KAFKA_RESP_ERR__AUTHENTICATION || rd_kafka_version() >= SCRAM_NONCE_FIXED ||
+		!conf_starts_with(rk, "security.protocol", "sasl_") ||
+		!conf_starts_with(rk, "sasl.mechanisms", "SCRAM-"))
+		return NULL;
+	return psprintf("SASL/SCRAM authentication failed with librdkafka %s, which sends a SCRAM "
+					"message Kafka 4.0 and later reject (fixed in librdkafka 2.6.1): with "
+					"Kafka 4, install librdkafka 2.6.1 or later, see docs/operations.md.",
+					rd_kafka_version_str());
+}
+
+/*
  * What a failed transactional call (init, commit, abort) means: call it
  * again later, abort the transaction, or the producer failed.
  */

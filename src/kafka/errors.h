@@ -33,6 +33,7 @@ extern KafkaErrorClass outbox_kafka_error_class(rd_kafka_resp_err_t err);
 extern rd_kafka_resp_err_t outbox_kafka_report_error(const rd_kafka_message_t *message);
 extern void outbox_kafka_error_outcome(OutboxEvent *event, rd_kafka_resp_err_t err);
 extern KafkaErrorClass outbox_kafka_fatal(rd_kafka_t *rk, char *reason, size_t size);
+extern char *outbox_kafka_error_hint(rd_kafka_t *rk, rd_kafka_resp_err_t err);
 extern KafkaErrorClass outbox_kafka_call_error(const rd_kafka_error_t *error);
 
 #endif							/* OUTBOX_KAFKA_ERRORS_H */

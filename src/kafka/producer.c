@@ -104,6 +104,7 @@ struct OutboxProducer
 	rd_kafka_resp_err_t last_error;	/* from error_cb, not yet logged */
 	char		last_reason[512];
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
+	bool		hinted;			/* logged a hint, not yet recovered */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
 	bool		handles_full_told;	/* logged the handles' limit reached */
 	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
@@ -1043,11 +1044,16 @@ outbox_producer_report_state(OutboxProducer *producer)
 
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != producer->logged_error)
 	{
+		/* once until Kafka accepts events, however errors alternate */
+		char	   *hint = producer->hinted ? NULL : outbox_kafka_error_hint(producer->rk, err);
+
 		ereport(LOG,
 				(errmsg("%s: Kafka error: %s", producer->name,
 						producer->last_reason),
 				 errdetail("librdkafka error %s. Events Kafka did not acknowledge stay in the outbox and are sent again.",
-						   rd_kafka_err2name(err))));
+						   rd_kafka_err2name(err)),
+				 hint != NULL ? errhint("%s", hint) : 0));
+		producer->hinted |= (hint != NULL);
 		/* "all brokers are down" must not hide why they are */
 		if (err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || !producer->unreachable)
 		{
@@ -1063,6 +1069,7 @@ outbox_producer_report_state(OutboxProducer *producer)
 		ereport(LOG,
 				(errmsg("%s: Kafka accepts events again", producer->name)));
 		producer->logged_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+		producer->hinted = false;
 	}
 	producer->last_error = RD_KAFKA_RESP_ERR_NO_ERROR;
 }

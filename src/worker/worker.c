@@ -217,8 +217,8 @@ look_for_extension(WorkerState *st)
 	st->exit_now = !found;
 	if (found && !st->extension_checked)
 		ereport(LOG,
-				(errmsg("%s of %d started: delivering to %s", worker_name, outbox_shards,
-						outbox_brokers)));
+				(errmsg("%s of %d started: delivering to %s with librdkafka %s", worker_name,
+						outbox_shards, outbox_brokers, rd_kafka_version_str())));
 	st->extension_checked = true;
 }
 
