@@ -211,7 +211,7 @@ sub refused_logins
 # The hint of a worker whose librdkafka is older than 2.6.1 (errors.c).
 my $hint = qr/HINT:  SASL\/SCRAM authentication failed with librdkafka (\S+), which sends a SCRAM message Kafka 4\.0 and later reject \(fixed in librdkafka 2\.6\.1\): with Kafka 4, install librdkafka 2\.6\.1 or later, see docs\/operations\.md\./;
 
-my ($first_s, $sasl_load_s, $sha256_s) = (-1, -1, -1);
+my ($first_s, $sasl_load_s, $sha256_s, $retries_s) = (-1, -1, -1, -1);
 my %resume = (wrong_password => -1);
 my $t0 = time;
 if (!$scram_ok)
@@ -232,8 +232,10 @@ if (!$scram_ok)
 	my $loaded = loaded_librdkafka();
 	ok($loaded ne '' && !($newer_dir && index($loaded, $newer_dir) >= 0),
 		"the workers loaded the machine's librdkafka: $loaded");
+	my $t = time;
 	ok(wait_until(60, sub { refused_logins() >= 8 }), 'the brokers refused at least 8 logins')
 	  or diag('refused logins: ' . refused_logins());
+	$retries_s = time - $t;
 	my @hints = log_since($node, $from) =~ /$hint/g;
 	diag(sprintf('librdkafka %s: %d refused logins, %d hint(s): %s', $librdkafka,
 			refused_logins(), scalar @hints, log_since($node, $from) =~ /(HINT:  SASL[^\n]*)/));
@@ -330,7 +332,7 @@ sub scram_cases
 	ok(wait_for_empty($node, 120), 'SCRAM-SHA-256: delivered');
 	$sha256_s = time - $t;
 	is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'SCRAM-SHA-256: no dead letters');
-	check_delivery("SASL_SSL, librdkafka $version", committed_of($node, $base + 1, $base + 20),
+	check_delivery("SASL_SSL, librdkafka $version", committed_of($node, $base + 1, $base + 14),
 		consume($cluster, $topic));
 }
 
@@ -416,10 +418,12 @@ SKIP:
 diag(sprintf("FIGURES kafka security: first_delivery_sasl_s=%.1f sasl_load_s=%.1f "
 		  . "first_delivery_tls_s=%.1f resume_wrong_password_s=%.1f resume_untrusted_ca_s=%.1f "
 		  . "resume_expired_certificate_s=%.1f dead_letters=%d cluster_startup_s=%.1f "
-		  . "scram_sha256_s=%.1f scram_librdkafka=%s newer_librdkafka_part_s=%.1f",
+		  . "scram_sha256_s=%.1f scram_librdkafka=%s old_librdkafka_retries_s=%.1f "
+		  . "newer_librdkafka_part_s=%.1f",
 		$first_s, $sasl_load_s, $tls_first_s, $resume{wrong_password}, $resume{untrusted_ca},
 		$resume{expired_certificate}, sql('SELECT count(*) FROM outbox_dead_letter'),
-		$cluster->startup_s, $sha256_s, $scram_ok ? $librdkafka : $newer // 'none', $newer_s));
+		$cluster->startup_s, $sha256_s, $scram_ok ? $librdkafka : $newer // 'none', $retries_s,
+		$newer_s));
 
 $node->stop;
 done_testing();
