@@ -16,6 +16,7 @@
 # Usage (as root): bash scripts/image.sh [OUT]   (default ./image)
 #   OUT/oci                 the OCI image layout (skopeo copy oci:OUT/oci:TAG ...)
 #   OUT/outbox-cnpg.tar     the same as one tar (oci-archive:)
+#   OUT/system.txt          system/'s libraries: soname, Debian package, version
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +33,8 @@ VERSION=$(sed -n 's/^EXTVERSION = //p' "$ROOT/Makefile")
 EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}
 # The libraries every PostgreSQL 18 server of Debian's packaging links
 # (glibc's, and those of postgres itself): never copied, the server's own
-# are already loaded. scripts/image_test.sh checks each against the server.
+# are already loaded. scripts/image_test.sh checks that a system with only
+# postgresql-18 installed has each (OUT/server-libs.txt).
 SERVER_LIBS="ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1
 libresolv.so.2 libssl.so.3 libcrypto.so.3 libgssapi_krb5.so.2 libkrb5.so.3 libk5crypto.so.3
 libcom_err.so.2 libkrb5support.so.0 libkeyutils.so.1 libldap.so.2 liblber.so.2 libsasl2.so.2
@@ -167,6 +169,7 @@ printf '{"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"%s"},
 echo '{"imageLayoutVersion":"1.0.0"}' >"$OCI/oci-layout"
 tar_reproducible "$OCI" >"$OUT/outbox-cnpg.tar"
 cp "$BROOT$WORKDIR/system.txt" "$OUT/system.txt"
+echo $SERVER_LIBS | tr ' ' '\n' >"$OUT/server-libs.txt"
 rm -rf "$BROOT$WORKDIR"
 
 log "image $TAG: manifest $manifest_digest, layer $layer_size bytes (gzip)"
