@@ -64,6 +64,10 @@ done
 # (debian/control.in's, but PostgreSQL's), made once; its list is its stamp.
 PACKAGES=$(build_packages "$MAJOR" | tr ' ' '\n' | grep -v '^postgresql' | xargs)
 if [ ! -x "$BROOT/usr/bin/apt-get" ]; then
+  # the machine's apt, one at a time (scripts/chroot.sh's lock)
+  command -v debootstrap >/dev/null ||
+    flock "$CACHE/apt.lock" sh -c 'command -v debootstrap >/dev/null ||
+      { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }'
   log "debootstrap $SUITE into $BROOT"
   rm -rf "$BROOT"
   debootstrap --variant=minbase "$SUITE" "$BROOT" "$MIRROR" >"$BROOT.debootstrap.log" 2>&1 \

@@ -33,7 +33,6 @@ mounted() { for d in /proc /dev; do mountpoint -q "$SROOT$d" && umount --lazy "$
 cleanup_push mounted
 if [ "$(cat "$SROOT/.pg_outbox-packages" 2>/dev/null)" != "postgresql-$MAJOR" ]; then
   log "debootstrap $SUITE with postgresql-$MAJOR alone into $SROOT"
-  command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
   rm -rf "$SROOT"
   debootstrap --variant=minbase "$SUITE" "$SROOT" "$MIRROR" >"$SROOT.log" 2>&1 || { tail -n 30 "$SROOT.log"; exit 1; }
   printf '#!/bin/sh\nexit 101\n' >"$SROOT/usr/sbin/policy-rc.d"; chmod 755 "$SROOT/usr/sbin/policy-rc.d"
