@@ -23,7 +23,7 @@ in_sroot() { chroot "$SROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin 
 
 make_workdir
 started=$SECONDS
-bash "$ROOT/scripts/image.sh" "$WORK/image" | grep -v 'protoc-c. is deprecated'
+bash "$ROOT/scripts/image.sh" "$WORK/image" 2>&1 | grep -v 'protoc-c. is deprecated'
 t_build=$((SECONDS - started))
 
 # The server's system: minbase and postgresql-18 (its cluster not made).
@@ -79,10 +79,17 @@ wait_for_file "$WORK/bootstrap" || { cat "$WORK/broker.log"; fail "the broker di
 BOOTSTRAP=$(cat "$WORK/bootstrap")
 
 # The settings CloudNativePG writes for .spec.postgresql.extensions (it
-# appends the image's share and lib) and shared_preload_libraries.
+# appends the image's share and lib) and shared_preload_libraries, and a
+# Kafka secrets file as Kubernetes mounts a Secret for the pods' fsGroup:
+# root's, mode 0440, group postgres.
 started=$SECONDS
-DATA=/tmp/cnpg-data
-rm -rf "$SROOT$DATA"
+DATA=/tmp/cnpg-data SECRETS=/projected/kafka
+rm -rf "$SROOT$DATA" "$SROOT/projected"
+mkdir -p "$SROOT$SECRETS"
+echo "client.id = pg-outbox-cnpg" >"$SROOT$SECRETS/secret.conf"
+cp "$SROOT$SECRETS/secret.conf" "$SROOT$SECRETS/world.conf"
+chmod 0440 "$SROOT$SECRETS/secret.conf"; chmod 0444 "$SROOT$SECRETS/world.conf"
+chgrp "$(in_sroot id -g postgres)" "$SROOT$SECRETS"/*.conf
 as_postgres() { in_sroot runuser -u postgres -- "$@"; }
 as_postgres "$PG/initdb" -D "$DATA" -A trust >/dev/null
 cat >>"$SROOT$DATA/postgresql.conf" <<EOF
@@ -92,6 +99,7 @@ extension_control_path = '\$system:$EXT/share'
 dynamic_library_path = '\$libdir:$EXT/lib'
 shared_preload_libraries = 'outbox'
 outbox.brokers = '$BOOTSTRAP'
+outbox.kafka_config_file = '$SECRETS/secret.conf'
 EOF
 as_postgres "$PG/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null \
   || { tail -n 20 "$SROOT$DATA/server.log"; fail "the server did not start"; }
@@ -105,6 +113,14 @@ echo "$maps" | sed 's/^/  /'
 for so in lib/outbox.so system/librdkafka.so.1 system/libprotobuf-c.so.1; do
   grep -q "$EXT/$so\$" <<<"$maps" || fail "the server did not load $EXT/$so"
 done
+
+log "the Secret's file taken, a world-readable one refused"
+[ "$(psql_image -Atc 'SHOW outbox.kafka_config_file')" = "$SECRETS/secret.conf" ] \
+  || { tail -n 20 "$SROOT$DATA/server.log"; fail "the server refused the root-owned 0440 secrets file"; }
+refused=$(psql_image -c "ALTER SYSTEM SET outbox.kafka_config_file = '$SECRETS/world.conf'" 2>&1) \
+  && fail "a world-readable secrets file was taken"
+echo "$refused"
+grep -q 'world.conf" has group or world access' <<<"$refused" || fail "a world-readable secrets file was not refused"
 
 log "the demo's core: CREATE EXTENSION, two transactions committed, one rolled back"
 psql_image -q <<'SQL' || fail "the SQL failed"
