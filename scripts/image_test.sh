@@ -23,14 +23,14 @@ in_sroot() { chroot "$SROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin 
 
 make_workdir
 started=$SECONDS
-bash "$ROOT/scripts/image.sh" "$WORK/image" 2>&1 | grep -v 'protoc-c. is deprecated'
+bash "$ROOT/scripts/image.sh" "$WORK/image" 2>&1 | grep --line-buffered -v 'protoc-c. is deprecated'
 t_build=$((SECONDS - started))
 
 # The server's system: minbase and postgresql-18 (its cluster not made).
 exec 7>"$SROOT.lock"
 flock 7
-mounted() { for d in /proc /dev; do mountpoint -q "$SROOT$d" && umount --lazy "$SROOT$d"; done; true; }
-cleanup_push mounted
+unmount_sroot() { for d in /proc /dev; do mountpoint -q "$SROOT$d" && umount --lazy "$SROOT$d"; done; true; }
+cleanup_push unmount_sroot
 if [ "$(cat "$SROOT/.pg_outbox-packages" 2>/dev/null)" != "postgresql-$MAJOR" ]; then
   log "debootstrap $SUITE with postgresql-$MAJOR alone into $SROOT"
   rm -rf "$SROOT"
