@@ -120,18 +120,29 @@ cp "$BROOT$WORKDIR/stage$(in_root "$PG_CONFIG" --pkglibdir)/outbox.so" "$L/lib/"
 cp "$BROOT$WORKDIR/stage$(in_root "$PG_CONFIG" --sharedir)"/extension/outbox* "$L/share/extension/"
 in_root strip --strip-debug "$WORKDIR/layer/lib/outbox.so"
 cp "$ROOT/META.json" "$L/licenses/pg_outbox/"
-# system/: each library outbox.so loads, directly or not, that is not the
-# server's, under its soname; licenses/: its package's copyright file
-in_root ldd "$WORKDIR/layer/lib/outbox.so" | awk '$2 == "=>" { print $1, $3 }' | while read -r soname path; do
-  [[ " $(echo $SERVER_LIBS) " == *" $soname "* ]] && continue
-  [ "$path" != "not" ] || { echo "image.sh: $soname not found in the build root" >&2; exit 1; }
-  case "$path" in "$WORKDIR"/*) continue ;; esac
-  cp -L "$BROOT$path" "$L/system/$soname"
-  pkg=$(in_root dpkg -S "$(in_root readlink -f "$path")" | cut -d: -f1 | head -1)
-  mkdir -p "$L/licenses/$pkg"
-  cp "$BROOT/usr/share/doc/$pkg/copyright" "$L/licenses/$pkg/"
-  echo "$soname $pkg $(in_root dpkg-query -W -f='${Version}' "$pkg")" >>"$BROOT$WORKDIR/system.txt"
-done
+# system/: each library outbox.so needs, directly or through another one
+# of system/, that is not the server's (nor one only a server's library
+# needs), under its soname; licenses/: its package's copyright file
+declare -A PATH_OF=() TAKEN=()
+while read -r soname path; do PATH_OF[$soname]=$path; done < <(
+  in_root ldd "$WORKDIR/layer/lib/outbox.so" | awk '$2 == "=>" { print $1, $3 }')
+needed() { in_root readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'; }
+take() {
+  local soname path pkg
+  for soname in $(needed "$1"); do
+    [[ " $(echo $SERVER_LIBS) " == *" $soname "* || -n "${TAKEN[$soname]:-}" ]] && continue
+    path=${PATH_OF[$soname]:-not}
+    [ "$path" != "not" ] || { echo "image.sh: $soname not found in the build root" >&2; exit 1; }
+    TAKEN[$soname]=1
+    cp -L "$BROOT$path" "$L/system/$soname"
+    pkg=$(in_root dpkg -S "$(in_root readlink -f "$path")" | cut -d: -f1 | head -1)
+    mkdir -p "$L/licenses/$pkg"
+    cp "$BROOT/usr/share/doc/$pkg/copyright" "$L/licenses/$pkg/"
+    echo "$soname $pkg $(in_root dpkg-query -W -f='${Version}' "$pkg")" >>"$BROOT$WORKDIR/system.txt"
+    take "$path"
+  done
+}
+take "$WORKDIR/layer/lib/outbox.so"
 sort -o "$BROOT$WORKDIR/system.txt" "$BROOT$WORKDIR/system.txt"
 log "system/: $(cut -d' ' -f1 "$BROOT$WORKDIR/system.txt" | xargs)"
 
