@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tests the CloudNativePG image (scripts/image.sh) the way CloudNativePG runs
-# it: its layer unpacked into /extensions/outbox of a Debian system that has
+# it: read by a registry client (skopeo), its layer unpacked into /extensions/outbox of a Debian system that has
 # PostgreSQL 18 and nothing else (no librdkafka, no protobuf-c), a server
 # whose extension_control_path, dynamic_library_path and
 # shared_preload_libraries are what CloudNativePG writes for the image, no
@@ -67,6 +67,11 @@ layer=$(sed -n 's/.*"layers":\[{"digest":"sha256:\([0-9a-f]*\)".*/\1/p' "$OCI/bl
 config=$(sed -n 's/.*"config":{"digest":"sha256:\([0-9a-f]*\)".*/\1/p' "$OCI/blobs/sha256/$manifest")
 grep -q "\"diff_ids\":\[\"sha256:$(gzip -dc "$OCI/blobs/sha256/$layer" | sha256sum | cut -d' ' -f1)\"\]" \
   "$OCI/blobs/sha256/$config" || fail "the layer does not match the config's diff_id"
+# and as a registry client reads it (skopeo checks every digest on a copy)
+tag=$(sed -n 's/.*"org.opencontainers.image.ref.name":"\([^"]*\)".*/\1/p' "$OCI/index.json")
+skopeo copy -q "oci:$OCI:$tag" "dir:$WORK/copied" || fail "skopeo cannot copy the image"
+[ "$(skopeo inspect --format '{{.Digest}}' "oci-archive:$WORK/image/outbox-cnpg.tar")" = "sha256:$manifest" ] \
+  || fail "the archive's manifest is not the layout's"
 rm -rf "$SROOT/extensions"; mkdir -p "$SROOT$EXT"
 tar -xzf "$OCI/blobs/sha256/$layer" -C "$SROOT$EXT"
 (cd "$SROOT$EXT" && find . -type f | sort | sed 's/^/  /')
