@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the CloudNativePG image (scripts/image.sh) the way CloudNativePG runs
-# it: read by a registry client (skopeo), its layer unpacked into /extensions/outbox of a Debian system that has
-# PostgreSQL 18 and nothing else (no librdkafka, no protobuf-c), a server
+# it: read by a registry client (skopeo), its layer unpacked into
+# /extensions/outbox of a Debian system that has PostgreSQL 18 and nothing
+# else (no librdkafka, no protobuf-c), a server
 # whose extension_control_path, dynamic_library_path and
 # shared_preload_libraries are what CloudNativePG writes for the image, no
 # LD_LIBRARY_PATH; then the demo's core: CREATE EXTENSION, events committed
