@@ -9,9 +9,10 @@ PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 RUN_USER=postgres
 # the build's packages, then the tests': protoc decodes the envelope, kcat
 # reads Kafka, IPC::Run runs the TAP tests, pg_repack is t/031's, pip
-# fetches the librdkafka t/104 runs SCRAM on (ensure_newer_librdkafka)
+# fetches the librdkafka t/104 runs SCRAM on (ensure_newer_librdkafka),
+# skopeo reads the CloudNativePG image (scripts/image_test.sh)
 PACKAGES="$(build_packages "$PG_MAJOR") protobuf-compiler kcat libipc-run-perl
-postgresql-$PG_MAJOR-repack python3-pip"
+postgresql-$PG_MAJOR-repack python3-pip skopeo"
 
 # Downloads live outside the tree, so a second run is offline: the real
 # Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.

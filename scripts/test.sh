@@ -59,6 +59,9 @@ elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then
     run_part "$major" bash "$0" --pg "$major" &
     parts+=" $major"
   done
+  # the CloudNativePG image, built and run in Debian systems of its own
+  run_part cnpg bash "$ROOT/scripts/image_test.sh" &
+  parts+=" cnpg"
   log "running at once: $parts (the output of each follows when all are done)"
   wait
   for part in $parts; do log "PostgreSQL $part"; cat "$logs/$part.log"; done

@@ -160,8 +160,11 @@ apply_config(KafkaConf *kc, const char *config, char **error)
 }
 
 /*
- * Reads outbox.kafka_config_file: only the server's user may have access
- * to it, since it holds secrets. Returns NULL with *error set.
+ * Reads outbox.kafka_config_file: it holds secrets, so no one but the
+ * server's user may have access to it, or, as PostgreSQL allows for
+ * ssl_key_file, it is root's and its group may only read it (how
+ * Kubernetes mounts a Secret for a pod's fsGroup, in CloudNativePG).
+ * Returns NULL with *error set.
  */
 static char *
 read_secrets_file(const char *path, char **error)
@@ -189,9 +192,10 @@ read_secrets_file(const char *path, char **error)
 		close(fd);
 		return NULL;
 	}
-	if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+	if ((st.st_mode & S_IRWXO) != 0 ||
+		(st.st_mode & (st.st_uid == 0 ? S_IWGRP | S_IXGRP : S_IRWXG)) != 0)
 	{
-		*error = psprintf("file \"%s\" has group or world access; it must be accessible only by the server's user (chmod 0600)",
+		*error = psprintf("file \"%s\" has group or world access; it must be accessible only by the server's user (chmod 0600), or be root's and only readable by its group (chmod 0440)",
 						  path);
 		close(fd);
 		return NULL;
