@@ -39,6 +39,19 @@ CREATE TABLE @extschema@.outbox_topic_schema (
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_topic_schema', '');
 REVOKE ALL ON TABLE @extschema@.outbox_topic_schema FROM PUBLIC;
 
+-- Every process caches the rows above and reads them again after a change
+-- commits: a plain UPDATE raises no invalidation of its own, this
+-- trigger does (also for logical replication's apply: ENABLE ALWAYS).
+CREATE FUNCTION @extschema@.outbox_topic_schema_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_topic_schema_changed'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_topic_schema_changed() FROM PUBLIC;
+CREATE TRIGGER outbox_topic_schema_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.outbox_topic_schema
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.outbox_topic_schema_changed();
+ALTER TABLE @extschema@.outbox_topic_schema ENABLE ALWAYS TRIGGER outbox_topic_schema_changed;
+
 -- Sets (or replaces) a topic's schema. Exactly one of schema (registered
 -- under the subject), schema_id (fixed) and version (a number or 'latest'
 -- of the subject) says how the registry's schema is found. The subject
