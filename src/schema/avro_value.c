@@ -101,7 +101,10 @@ type_name(avro_schema_t schema)
 static char *
 wrong_type(JsonbValue *v, avro_schema_t schema)
 {
-	return psprintf("is a JSON %s, the schema wants %s", outbox_json_type_name(v),
+	const char *kind = is_avro_record(schema) ? "the record " :
+		is_avro_enum(schema) ? "the enum " : is_avro_fixed(schema) ? "the fixed " : "";
+
+	return psprintf("is a JSON %s, the schema wants %s%s", outbox_json_type_name(v), kind,
 					type_name(schema));
 }
 
@@ -379,10 +382,21 @@ encode_union(avro_schema_t schema, JsonbValue *v, Walk *w)
 	JsonbValue	inner;
 	int			wrapped = wrapped_branch(schema, v, &inner);
 
+	int			not_null = -1;
+
 	if (wrapped >= 0)
 	{
 		write_long(w->out, wrapped);
 		return encode(avro_schema_union_branch(schema, wrapped), &inner, w);
+	}
+	/* a value for the one branch but null: its own fault says most */
+	for (int i = 0; i < size && v->type != jbvNull; i++)
+		if (!is_avro_null(avro_schema_union_branch(schema, i)))
+			not_null = not_null == -1 ? i : -2;
+	if (not_null >= 0)
+	{
+		write_long(w->out, not_null);
+		return encode(avro_schema_union_branch(schema, not_null), v, w);
 	}
 	for (int i = 0; i < size; i++)
 	{

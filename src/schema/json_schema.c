@@ -108,7 +108,7 @@ static void
 fail(Compiler *c, const char *where, const char *reason)
 {
 	if (c->error == NULL)
-		c->error = psprintf("at %s: %s", where, reason);
+		c->error = psprintf("At %s: %s.", where, reason);
 }
 
 static bool
@@ -455,8 +455,9 @@ resolve_refs(Compiler *c)
 		Check	   *n = list_nth(c->refs, i);
 
 		n->ref_target = definition(c, n->ref);
-		if (n->ref_target == NULL)
-			fail(c, n->ref, "$ref must name \"#\", \"#/definitions/<name>\" or \"#/$defs/<name>\" of this schema");
+		if (n->ref_target == NULL && c->error == NULL)
+			c->error = psprintf("$ref \"%s\" is not checked by pg_outbox: it must name \"#\", \"#/definitions/<name>\" or \"#/$defs/<name>\" of this schema.",
+								n->ref);
 	}
 }
 
@@ -472,7 +473,7 @@ compile(const char *text, char **error)
 	outbox_json_root(json, &c.root);
 	if (c.root.type != jbvBool && !is_object(&c.root))
 	{
-		*error = pstrdup("a JSON Schema must be an object or a boolean");
+		*error = pstrdup("A JSON Schema must be an object or a boolean.");
 		return NULL;
 	}
 	root = compile_node(&c, &c.root, "#");

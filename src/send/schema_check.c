@@ -84,7 +84,7 @@ refuse(const Part *p, const char *path, const char *reason)
 			 errmsg("outbox %s of topic \"%s\" does not fit its %s (%s)",
 					part_name(p), p->topic, format_label(p->schema->format),
 					schema_label(p->schema)),
-			 path ? errdetail("%s %s.", path, reason) : errdetail("%s.", reason)));
+			 path ? errdetail("%s %s.", path, reason) : errdetail("%s", reason)));
 }
 
 static void
@@ -122,7 +122,7 @@ json_of(Part *p)
 	if (p->json)
 		return p->json;
 	if (p->payload_type == OUTBOX_PAYLOAD_BYTES)
-		refuse(p, NULL, psprintf("The value is bytea; a %s takes JSON: send it as jsonb or text",
+		refuse(p, NULL, psprintf("The value is bytea; a %s takes JSON: send it as jsonb or text.",
 								 format_label(p->schema->format)));
 	json = outbox_json_parse(p->data, p->len, &error);
 	if (json == NULL)
@@ -167,10 +167,10 @@ check_protobuf(Part *p)
 	char	   *fault;
 
 	if (p->payload_type == OUTBOX_PAYLOAD_JSON || p->payload_type == OUTBOX_PAYLOAD_TEXT)
-		refuse(p, NULL, "The value is JSON or text; a Protobuf schema takes the encoded message as bytea");
+		refuse(p, NULL, "The value is JSON or text; a Protobuf schema takes the encoded message as bytea.");
 	fault = outbox_protobuf_wire_fault((const uint8 *) p->data, p->len);
 	if (fault != NULL)
-		refuse(p, NULL, psprintf("The %s is not a Protobuf message: %s", part_name(p), fault));
+		refuse(p, NULL, psprintf("The %s is not a Protobuf message: %s.", part_name(p), fault));
 }
 
 static void
