@@ -41,7 +41,7 @@ typedef struct TopicSchema
  * The schema of a topic's value (key false) or key, NULL if it has none.
  * Sees every change committed before the call (and the caller's own), with
  * no privilege on the table; reads the table again only after a change.
- * Valid until the next call.
+ * Call it in a transaction. Valid until the next call.
  */
 extern const TopicSchema *outbox_topic_schema_find(const char *topic, bool key);
 
