@@ -418,11 +418,11 @@ definition(Compiler *c, const char *ref)
 			   *b;
 	Check	   *n;
 
-	if (strcmp(ref, "#") == 0)
-		return linitial(c->defined_nodes);
 	forboth(a, c->defined, b, c->defined_nodes)
+	{
 		if (strcmp(lfirst(a), ref) == 0)
-		return lfirst(b);
+			return lfirst(b);
+	}
 	if (strncmp(ref, "#/definitions/", 14) == 0)
 		section = "definitions", name = ref + 14;
 	else if (strncmp(ref, "#/$defs/", 8) == 0)
@@ -734,19 +734,25 @@ fits_array(const Check *n, JsonbValue *v, Walk *w)
 	return true;
 }
 
-/* how many of the list's schemas the value fits, the walk left as it was */
+/* whether the value fits, the walk left as it was */
+static bool
+fits_quietly(const Check *n, JsonbValue *v, Walk *w)
+{
+	int			len = w->path.len;
+	bool		fit = fits(n, v, w);
+
+	w->path.len = len;
+	w->path.data[len] = '\0';
+	return fit;
+}
+
 static int
 count_fits(const CheckList *list, JsonbValue *v, Walk *w)
 {
-	int			len = w->path.len;
 	int			count = 0;
 
 	for (int i = 0; i < list->n; i++)
-	{
-		count += fits(list->nodes[i], v, w);
-		w->path.len = len;
-		w->path.data[len] = '\0';
-	}
+		count += fits_quietly(list->nodes[i], v, w);
 	return count;
 }
 
@@ -763,7 +769,7 @@ fits_combined(const Check *n, JsonbValue *v, Walk *w)
 	if (n->one_of.n > 0 && (count = count_fits(&n->one_of, v, w)) != 1)
 		return refuse(w, psprintf("fits %d of the %d schemas of oneOf, not exactly one",
 								  count, n->one_of.n));
-	if (n->not && count_fits(&(CheckList) {1, (Check **) &n->not}, v, w) == 1)
+	if (n->not && fits_quietly(n->not, v, w))
 		return refuse(w, "fits the schema of not");
 	return true;
 }
