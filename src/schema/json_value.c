@@ -61,6 +61,30 @@ outbox_json_root(Jsonb *json, JsonbValue *root)
 	}
 }
 
+/* appended piece by piece: a format string costs more than the check */
+void
+outbox_json_path_key(StringInfo path, const char *name, int len)
+{
+	bool		plain = len > 0;
+
+	for (int i = 0; i < len && plain; i++)
+		plain = isalnum((unsigned char) name[i]) || name[i] == '_';
+	appendStringInfoString(path, plain ? "." : "[\"");
+	appendBinaryStringInfo(path, name, len);
+	if (!plain)
+		appendStringInfoString(path, "\"]");
+}
+
+void
+outbox_json_path_index(StringInfo path, int index)
+{
+	char		digits[12];
+
+	appendStringInfoChar(path, '[');
+	appendBinaryStringInfo(path, digits, pg_ltoa(index, digits));
+	appendStringInfoChar(path, ']');
+}
+
 const char *
 outbox_json_type_name(const JsonbValue *value)
 {
