@@ -39,6 +39,9 @@ outbox_json_parse(const char *text, int len, char **error)
 
 		MemoryContextSwitchTo(context);
 		data = CopyErrorData();
+		/* only the value's faults: out of memory, a cancel go on up */
+		if (ERRCODE_TO_CATEGORY(data->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
+			PG_RE_THROW();
 		FlushErrorState();
 		*error = data->detail ? psprintf("%s: %s", data->message, data->detail) :
 			data->message;
