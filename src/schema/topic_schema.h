@@ -28,7 +28,7 @@ typedef struct TopicSchema
 	bool		key;			/* the record's key, else its value */
 	SchemaFormat format;
 	char		lookup;			/* SCHEMA_LOOKUP_* */
-	const char *subject;		/* NULL with lookup by id */
+	const char *subject;		/* may be NULL with lookup by id */
 	const char *version;		/* a number or "latest"; NULL unless lookup by version */
 	int			n_indexes;
 	const int32 *message_indexes;	/* Protobuf's path to the message, {0} by default */
