@@ -235,35 +235,24 @@ take(Parser *p, char c)
 	return false;
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
+/* Four hex digits (a \u escape's), or -1. */
 static int
 parse_hex4(Parser *p)
 {
-	int			v = 0;
+	char		digits[5];
+	char	   *end;
+	long		v;
 
 	if (p->pos + 4 > p->len)
 		return -1;
+	memcpy(digits, p->s + p->pos, 4);
+	digits[4] = '\0';
 	for (int i = 0; i < 4; i++)
-	{
-		int			h = hex_value(p->s[p->pos + i]);
-
-		if (h < 0)
+		if (!isxdigit((unsigned char) digits[i]))
 			return -1;
-		v = v * 16 + h;
-	}
+	v = strtol(digits, &end, 16);
 	p->pos += 4;
-	return v;
+	return (int) v;
 }
 
 /* A string's value, unescaped, into out (the opening quote taken). */

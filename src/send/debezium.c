@@ -118,9 +118,9 @@ typedef struct RouterOptions
 	const char *route_topic_replacement;
 	bool		tombstone_on_empty;
 	bool		expand_json;
-	bool		null_as_bytes;
-	bool		missing_ignored;
-	InvalidOp	invalid_op;
+	int			null_as_bytes;	/* table.json.payload.null.behavior: 1 optional_bytes */
+	int			missing_ignored;	/* table.field.additional.missing: 1 ignore */
+	int			invalid_op;		/* an InvalidOp */
 	Converter	key_converter;
 	Converter	value_converter;
 	bool		delete_row;
@@ -223,6 +223,25 @@ require_false(TriggerData *trigdata, const char *name, const char *value)
 			   "pg_outbox writes the converters' bytes with schemas disabled only: see docs/debezium.md.");
 }
 
+/* The position of value among an option's words (NULL-ended), any case. */
+static int
+choose(TriggerData *trigdata, const char *name, const char *value, const char *const *words)
+{
+	StringInfoData list;
+
+	initStringInfo(&list);
+	for (int i = 0; words[i] != NULL; i++)
+	{
+		if (pg_strcasecmp(value, words[i]) == 0)
+			return i;
+		appendStringInfo(&list, "%s%s", i > 0 ? ", " : "", words[i]);
+	}
+	refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
+		   psprintf("outbox_debezium() option \"%s\" must be one of %s, not \"%s\"",
+					name, list.data, value), NULL);
+	return 0;					/* keep compiler quiet */
+}
+
 /* One name=value argument into *o; false if the name is unknown. */
 static bool
 set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char *value)
@@ -252,6 +271,20 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"table.expand.json.payload", offsetof(RouterOptions, expand_json)},
 		{"outbox.delete.after.capture", offsetof(RouterOptions, delete_row)},
 	};
+	/* a value's position among its option's words is the value set */
+	static const struct
+	{
+		const char *name;
+		size_t		offset;
+		const char *values[4];
+	}			choices[] = {
+		{"table.op.invalid.behavior", offsetof(RouterOptions, invalid_op),
+		{"warn", "error", "fatal", NULL}},
+		{"table.json.payload.null.behavior", offsetof(RouterOptions, null_as_bytes),
+		{"ignore", "optional_bytes", NULL}},
+		{"table.field.additional.missing", offsetof(RouterOptions, missing_ignored),
+		{"error", "ignore", NULL}},
+	};
 
 	for (size_t i = 0; i < lengthof(strings); i++)
 		if (strcmp(name, strings[i].name) == 0)
@@ -268,42 +301,14 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 								name, value), NULL);
 			return true;
 		}
-	if (strcmp(name, "table.op.invalid.behavior") == 0)
-	{
-		if (pg_strcasecmp(value, "warn") == 0)
-			o->invalid_op = INVALID_OP_WARN;
-		else if (pg_strcasecmp(value, "error") == 0)
-			o->invalid_op = INVALID_OP_ERROR;
-		else if (pg_strcasecmp(value, "fatal") == 0)
-			o->invalid_op = INVALID_OP_FATAL;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be warn, error or fatal, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "table.json.payload.null.behavior") == 0)
-	{
-		if (pg_strcasecmp(value, "ignore") == 0)
-			o->null_as_bytes = false;
-		else if (pg_strcasecmp(value, "optional_bytes") == 0)
-			o->null_as_bytes = true;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be ignore or optional_bytes, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "table.field.additional.missing") == 0)
-	{
-		if (pg_strcasecmp(value, "error") == 0)
-			o->missing_ignored = false;
-		else if (pg_strcasecmp(value, "ignore") == 0)
-			o->missing_ignored = true;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be error or ignore, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "key.converter") == 0)
+	for (size_t i = 0; i < lengthof(choices); i++)
+		if (strcmp(name, choices[i].name) == 0)
+		{
+			*(int *) ((char *) o + choices[i].offset) =
+				choose(trigdata, name, value, choices[i].values);
+			return true;
+		}
+	if (strcmp(name, "key.converter") == 0)
 		o->key_converter = parse_converter(trigdata, name, value, false);
 	else if (strcmp(name, "value.converter") == 0)
 		o->value_converter = parse_converter(trigdata, name, value, true);
