@@ -28,16 +28,23 @@
  * outbox_send_event()'s, the one owner of it (send.c).
  *
  * The options are resolved against the table once per statement (kept in
- * the trigger's FmgrInfo, which lives as long as the statement), and a bad
- * one is refused at the first row.
+ * the trigger's FmgrInfo, which lives as long as the statement); a bad one
+ * is refused by CREATE TRIGGER (the utility hook calls
+ * outbox_debezium_check_created(), where the library is preloaded), and
+ * at the first row in any case (the table may have changed since).
  */
-#include "send/send.h"
+#include "send/debezium.h"
 #include "send/connect_json.h"
+#include "send/send.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "parser/parse_func.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "lib/stringinfo.h"
@@ -47,6 +54,7 @@
 #include "utils/timestamp.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(outbox_debezium);
@@ -162,15 +170,21 @@ refuse(TriggerData *trigdata, int code, const char *message, const char *hint)
 #define OPTIONS_HINT "outbox_debezium() takes Debezium's outbox router options as name=value arguments: see docs/debezium.md."
 
 static void
+refuse_event(TriggerData *trigdata)
+{
+	refuse(trigdata, ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+		   "outbox_debezium() must be fired AFTER INSERT FOR EACH ROW",
+		   "CREATE TRIGGER ... AFTER INSERT ON ... FOR EACH ROW EXECUTE FUNCTION outbox_debezium().");
+}
+
+static void
 check_trigger_event(TriggerData *trigdata)
 {
 	TriggerEvent event = trigdata->tg_event;
 
 	if (!TRIGGER_FIRED_FOR_ROW(event) || !TRIGGER_FIRED_AFTER(event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(event))
-		refuse(trigdata, ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-			   "outbox_debezium() must be fired AFTER INSERT FOR EACH ROW",
-			   "CREATE TRIGGER ... AFTER INSERT ON ... FOR EACH ROW EXECUTE FUNCTION outbox_debezium().");
+		refuse_event(trigdata);
 }
 
 /* ---- the options -------------------------------------------------------- */
@@ -1068,6 +1082,50 @@ unexpected_update(TriggerData *trigdata, Router *r)
 			 errhint("table.op.invalid.behavior=%s",
 					 r->o.invalid_op == INVALID_OP_WARN ? "warn" :
 					 r->o.invalid_op == INVALID_OP_ERROR ? "error" : "fatal")));
+}
+
+/*
+ * The trigger CREATE TRIGGER just made, checked as its first row would
+ * check it: its timing and level, its options against the table (locked
+ * by CREATE TRIGGER, whose rights were checked).
+ */
+void
+outbox_debezium_check_created(CreateTrigStmt *stmt)
+{
+	Oid			func = LookupFuncName(stmt->funcname, 0, NULL, true);
+	FmgrInfo	flinfo;
+	Trigger		trigger;
+	TriggerData trigdata;
+	MemoryContext context;
+	MemoryContext old;
+
+	if (!OidIsValid(func))
+		return;
+	fmgr_info(func, &flinfo);
+	if (flinfo.fn_addr != outbox_debezium)
+		return;
+
+	memset(&trigger, 0, sizeof(trigger));
+	memset(&trigdata, 0, sizeof(trigdata));
+	trigger.tgname = stmt->trigname;
+	trigger.tgnargs = list_length(stmt->args);
+	trigger.tgargs = palloc(sizeof(char *) * Max(trigger.tgnargs, 1));
+	for (int i = 0; i < trigger.tgnargs; i++)
+		trigger.tgargs[i] = strVal(list_nth(stmt->args, i));
+	trigdata.type = T_TriggerData;
+	trigdata.tg_trigger = &trigger;
+	trigdata.tg_relation = table_open(RangeVarGetRelid(stmt->relation, NoLock, false), NoLock);
+
+	if (!stmt->row || stmt->timing != TRIGGER_TYPE_AFTER ||
+		(stmt->events & TRIGGER_TYPE_INSERT) == 0 || (stmt->events & TRIGGER_TYPE_TRUNCATE) != 0)
+		refuse_event(&trigdata);
+	context = AllocSetContextCreate(CurrentMemoryContext, "outbox_debezium check",
+									ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(context);
+	(void) resolve_router(&trigdata);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+	table_close(trigdata.tg_relation, NoLock);
 }
 
 static void
