@@ -16,7 +16,7 @@ use Test::More;
 
 my $broker = start_broker(topics => [
 	'outbox.event.Order:3', 'outbox.event.Customer:1', 'events.Order:3', 'Other:1',
-	'bin:1', 'expand:1', 'sent:3', 'eos:3' ]);
+	'bin:1', 'expand:1', 'sent:3', 'eos:3', 'dead:2' ]);
 my $node = new_outbox_node('debezium', $broker, message_format => 'envelope',
 	conf => "outbox.max_attempts = 2\n");
 
@@ -193,6 +193,40 @@ ok(wait_for_empty($node, 60), 'the dead letter put back is delivered');
 my @far = grep { $_->{value} eq 'far' } @{ consume($broker, 'sent') };
 is(scalar @far, 1, 'the dead letter put back arrives once');
 is($far[0]{partition}, 1, 'with the partition its row carries');
+
+# ---- a router's event as a dead letter, with a trace context ---------------------------
+# Placed in a partition its topic lacks: a dead letter after its attempts,
+# keeping the record it was built as; put back with a partition the topic
+# has, it arrives as Debezium's record, with the trace context it was sent
+# with; outbox_explain() knows it all along.
+$node->safe_psql('postgres', q{
+CREATE TABLE dead_events (id uuid, aggregatetype text, aggregateid text, payload jsonb, part int);
+CREATE TRIGGER dead AFTER INSERT ON dead_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=dead', 'table.fields.additional.placement=part:partition');
+BEGIN;
+SET LOCAL outbox.traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+INSERT INTO dead_events VALUES ('6d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 'd-1', '{"n": 1}', 5);
+COMMIT;
+});
+ok(wait_for_empty($node, 60), 'the router event placed in a missing partition leaves the outbox');
+is($node->safe_psql('postgres', q{SELECT payload_type::text || ' ' || partition || ' ' || convert_from(payload, 'UTF8')
+	FROM outbox_dead_letter WHERE topic = 'dead'}), 'r 5 "{\"n\": 1}"',
+	'its dead letter keeps the record as built and the partition placed');
+is($node->safe_psql('postgres', q{SELECT status FROM outbox_explain((SELECT id FROM outbox_dead_letter WHERE topic = 'dead'))}),
+	'dead_letter', 'outbox_explain() finds it among the dead letters');
+$node->safe_psql('postgres', q{UPDATE outbox_dead_letter SET partition = 1 WHERE topic = 'dead';
+SELECT outbox_dead_letter_retry();});
+ok(wait_for_empty($node, 60), 'the dead letter put back is delivered');
+my $dead = consume($broker, 'dead');
+is(scalar @$dead, 1, 'one record on topic dead');
+is($dead->[0]{partition}, 1, 'in the partition given back');
+is($dead->[0]{value}, '"{\"n\": 1}"', 'its value as Debezium writes it');
+is($dead->[0]{key}, '"d-1"', 'its key');
+is($dead->[0]{headers}{id}, '6d47e190-0402-4048-bc2c-89dd54343cdc', 'its header id');
+is($dead->[0]{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+	'the trace context of the inserting transaction');
+like($node->safe_psql('postgres', 'SELECT dead_lettered FROM outbox_status'), qr/^[1-9]/,
+	'outbox_status counts the dead letters');
 
 # ---- exactly-once ------------------------------------------------------------------------
 $node->append_conf('postgresql.conf', "outbox.delivery = 'exactly_once'\n");
