@@ -150,7 +150,8 @@ INSERT INTO json_events VALUES
   (gen_random_uuid(), 'x', 'k3', '{"mixed": [1, "x"]}'),
   (gen_random_uuid(), 'x', 'k3', '{"b": null, "z": {"y": [null, 2]}, "a": "\u00e9\t"}'),
   (gen_random_uuid(), 'x', 'k3', '{"ints": [1, 3000000000]}'),
-  (gen_random_uuid(), 'x', 'k3', '{"a": 1e23, "b": 5e-324, "c": 0.00001, "d": 12345678.9, "e": 100.5, "f": 10000000.0, "g": 0.001, "h": 9.999999999999999e-4, "i": -1.0272701115810179e17, "j": 1.0, "k": 2e-3, "l": 1.7976931348623157e308}');
+  (gen_random_uuid(), 'x', 'k3', '{"a": 1e23, "b": 5e-324, "c": 0.00001, "d": 12345678.9, "e": 100.5, "f": 10000000.0, "g": 0.001, "h": 9.999999999999999e-4, "i": -1.0272701115810179e17, "j": 1.0, "k": 2e-3, "l": 1.7976931348623157e308}'),
+  (gen_random_uuid(), 'x', 'k3', 'a"q\' || E'\n\t\x01\x1f\x7f' || 'é/' || E'\b\f\r' || U&'\2028');
 });
 ok(wait_for_empty($node, 60), 'the byte and JSON records are delivered');
 my $bin = consume($broker, 'bin');
@@ -169,6 +170,8 @@ is($expand->[2]{value}, '"{\"ints\": [1, 3000000000]}"',
 is($expand->[3]{value},
 	'{"a":1.0E23,"b":4.9E-324,"c":1.0E-5,"d":1.23456789E7,"e":100.5,"f":1.0E7,"g":0.001,"h":9.999999999999998E-4,"i":-1.027270111581018E17,"j":1.0,"k":0.002,"l":1.7976931348623157E308}',
 	'doubles printed as Java prints them');
+is($expand->[4]{value}, "\"a\\\"q\\\\\\n\\t\\u0001\\u001F\x7f\xc3\xa9/\\b\\f\\r\xe2\x80\xa8\"",
+	'a string escaped as Kafka\'s JsonConverter escapes it (Jackson: control characters only, \\u00XX upper case)');
 
 # ---- the partition chosen by the sender ---------------------------------------------
 # (in the 'payload' format from here on: the values read are the payloads)
