@@ -469,6 +469,7 @@ typedef enum SchemaType
 typedef struct Schema
 {
 	SchemaType	type;
+	bool		required;		/* merged from different objects: a null fails */
 	struct Schema *element;		/* of an array */
 	int			n;				/* a structure's fields */
 	int			capacity;
@@ -535,6 +536,49 @@ is_number(JsonKind kind)
 	return kind == J_INT32 || kind == J_INT64 || kind == J_BIGINT || kind == J_DOUBLE;
 }
 
+/* Kafka Connect's equality of schemas, for the ones inferred here. */
+static bool
+same_schema(const Schema *a, const Schema *b)
+{
+	if (a == NULL || b == NULL)
+		return a == b;
+	if (a->type != b->type || a->required != b->required || a->n != b->n)
+		return false;
+	if (a->type == S_ARRAY)
+		return same_schema(a->element, b->element);
+	for (int i = 0; i < a->n; i++)
+		if (a->namelens[i] != b->namelens[i] ||
+			memcmp(a->names[i], b->names[i], a->namelens[i]) != 0 ||
+			!same_schema(a->fields[i], b->fields[i]))
+			return false;
+	return true;
+}
+
+static Schema *
+copy_struct(const Schema *s)
+{
+	Schema	   *copy = new_schema(S_STRUCT);
+
+	for (int i = 0; i < s->n; i++)
+		add_field(copy, s->names[i], s->namelens[i], s->fields[i]);
+	return copy;
+}
+
+/* New members appended; a member's schema kept unless it was bytes (a null). */
+static void
+merge_fields(Schema *merged, const Schema *s)
+{
+	for (int f = 0; f < s->n; f++)
+	{
+		int			at = field_index(merged, s->names[f], s->namelens[f]);
+
+		if (at < 0)
+			add_field(merged, s->names[f], s->namelens[f], s->fields[f]);
+		else if (merged->fields[at]->type == S_BYTES && s->fields[f]->type != S_BYTES)
+			merged->fields[at] = s->fields[f];
+	}
+}
+
 /*
  * An array's element schema: from its first non-null element, every other
  * non-null one of the same kind (and numbers of the same width); objects
@@ -545,7 +589,9 @@ static Schema *
 element_schema(Expansion *x, JsonNode *array)
 {
 	JsonNode   *sample = NULL;
-	Schema	   *merged;
+	Schema	   *first = NULL;
+	Schema	   *merged = NULL;
+	bool		distinct = false;
 
 	for (int i = 0; i < array->n; i++)
 	{
@@ -572,7 +618,6 @@ element_schema(Expansion *x, JsonNode *array)
 			x->failed = true;
 		return s;
 	}
-	merged = new_schema(S_STRUCT);
 	for (int i = 0; i < array->n && !x->failed; i++)
 	{
 		Schema	   *s;
@@ -580,16 +625,23 @@ element_schema(Expansion *x, JsonNode *array)
 		if (array->items[i]->kind != J_OBJECT)
 			continue;
 		s = schema_of(x, array->items[i]);
-		for (int f = 0; s != NULL && f < s->n; f++)
-		{
-			int			at = field_index(merged, s->names[f], s->namelens[f]);
-
-			if (at < 0)
-				add_field(merged, s->names[f], s->namelens[f], s->fields[f]);
-			else if (merged->fields[at]->type == S_BYTES && s->fields[f]->type != S_BYTES)
-				merged->fields[at] = s->fields[f];
-		}
+		if (first == NULL)
+			first = s;
+		else if (!same_schema(first, s))
+			distinct = true;
+		if (merged == NULL)
+			merged = copy_struct(s);
+		else
+			merge_fields(merged, s);
 	}
+	/*
+	 * Objects of one schema keep it; of several, the merged schema is not
+	 * optional (Kafka Connect's copy of a schema's basics leaves that
+	 * out), so a null element among them fails.
+	 */
+	if (!distinct)
+		return first;
+	merged->required = true;
 	return merged;
 }
 
@@ -658,6 +710,8 @@ write_value(Expansion *x, StringInfo out, JsonNode *node, Schema *schema)
 	check_stack_depth();
 	if (node == NULL || node->kind == J_NULL)
 	{
+		if (schema != NULL && schema->required)
+			x->failed = true;
 		appendStringInfoString(out, "null");
 		return;
 	}
