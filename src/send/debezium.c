@@ -1099,7 +1099,11 @@ outbox_debezium_check_created(CreateTrigStmt *stmt)
 	MemoryContext context;
 	MemoryContext old;
 
-	if (!OidIsValid(func))
+	char	   *name;
+
+	/* by name first: fmgr_info() would load another C function's library */
+	if (!OidIsValid(func) || (name = get_func_name(func)) == NULL ||
+		strcmp(name, "outbox_debezium") != 0)
 		return;
 	fmgr_info(func, &flinfo);
 	if (flinfo.fn_addr != outbox_debezium)
