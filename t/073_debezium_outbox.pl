@@ -16,7 +16,7 @@ use Test::More;
 
 my $broker = start_broker(topics => [
 	'outbox.event.Order:3', 'outbox.event.Customer:1', 'events.Order:3', 'Other:1',
-	'bin:1', 'expand:1', 'sent:3', 'eos:3', 'dead:2',
+	'bin:1', 'expand:1', 'sent:3', 'eos:3', 'dead:2', 'str:1',
 	# exactly-once's progress records (a real Kafka creates no topic by itself)
 	'outbox_progress:3' ]);
 my $node = new_outbox_node('debezium', $broker, message_format => 'envelope',
@@ -174,6 +174,26 @@ is($expand->[3]{value},
 	'doubles printed as Java prints them');
 is($expand->[4]{value}, "\"a\\\"q\\\\\\n\\t\\u0001\\u001F\x7f\xc3\xa9/\\b\\f\\r\xe2\x80\xa8\"",
 	'a string escaped as Kafka\'s JsonConverter escapes it (Jackson: control characters only, \\u00XX upper case)');
+
+# ---- the StringConverter's value, a missing column ignored, a fatal update -----------
+$node->safe_psql('postgres', q{
+CREATE TABLE str_events (id uuid, aggregatetype text, aggregateid text, type text, payload jsonb, ver int);
+CREATE TRIGGER s AFTER INSERT OR UPDATE ON str_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=str', 'value.converter=org.apache.kafka.connect.storage.StringConverter',
+  'table.field.additional.missing=ignore', 'table.fields.additional.placement=nope:header,type:header',
+  'table.field.event.schema.version=ver', 'table.op.invalid.behavior=fatal');
+INSERT INTO str_events VALUES ('7d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 's-1', 'T', '{"a": 1}', 2);
+});
+($ret, $out, $err) = $node->psql('postgres', q{UPDATE str_events SET ver = 3});
+like($err, qr/ignores an update.*\n.*table.op.invalid.behavior=fatal/s,
+	'table.op.invalid.behavior=fatal: an update fails');
+ok(wait_for_empty($node, 60), 'the StringConverter record is delivered');
+my $str = consume($broker, 'str');
+is(scalar @$str, 1, 'one record on topic str (the failed update sent nothing)');
+is($str->[0]{value}, '{"a": 1}', 'value.converter StringConverter: the jsonb text as it is');
+is($str->[0]{key}, '"s-1"', 'the key still by the JsonConverter');
+is(join(',', sort grep { !/^outbox-/ } keys %{ $str->[0]{headers} }), 'id,type',
+	'table.field.additional.missing=ignore: the missing column is left out');
 
 # ---- the partition chosen by the sender ---------------------------------------------
 # (in the 'payload' format from here on: the values read are the payloads)
