@@ -17,12 +17,20 @@
  * 'payload' and 'cloudevents' add content-type (unless the event has one);
  * 'cloudevents' is the CloudEvents Kafka binding in binary mode: the value
  * is the payload, the attributes are ce_ headers.
+ *
+ * A topic with a schema (outbox_topic_schema, resolved by the worker) has
+ * its value, or key, in Confluent's wire format (frame()), whatever the
+ * format: the body is the JSON text for json_schema, its Avro binary for
+ * avro, and for protobuf the payload's bytes (the format's envelope under
+ * 'envelope', registrable as proto/outbox.proto). Such a value gets no
+ * content-type: its deserializer reads the schema id.
  */
 #include "kafka/message.h"
 #include "kafka/envelope.h"
 #include "settings.h"
 
 #include "lib/stringinfo.h"
+#include "port/pg_bswap.h"
 #include "utils/datetime.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -245,15 +253,84 @@ encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance)
 	event->payload = NULL;
 }
 
-void
-outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *record)
+/* A zig-zag varint, as Kafka's ByteUtils.writeVarint writes it. */
+static void
+append_varint(StringInfo buf, int32 n)
+{
+	uint32		v = ((uint32) n << 1) ^ (uint32) (n >> 31);
+
+	while (v >= 0x80)
+	{
+		appendStringInfoChar(buf, (char) ((v & 0x7F) | 0x80));
+		v >>= 7;
+	}
+	appendStringInfoChar(buf, (char) v);
+}
+
+/*
+ * Confluent's wire format: the magic byte 0, the schema id (4 bytes, big
+ * endian), for Protobuf the message's path (a count, then the indexes;
+ * the first message, [0], as the single byte 0), then the body.
+ */
+static char *
+frame(const OutboxFraming *framing, const char *body, size_t len, size_t *framedlen)
+{
+	StringInfoData buf;
+	uint32		id = pg_hton32((uint32) framing->schema_id);
+
+	initStringInfo(&buf);
+	enlargeStringInfo(&buf, (int) len + 16);
+	appendStringInfoChar(&buf, 0);
+	appendBinaryStringInfo(&buf, (const char *) &id, sizeof(id));
+	if (framing->format == OUTBOX_SCHEMA_PROTOBUF)
+	{
+		if (framing->nindexes == 1 && framing->indexes[0] == 0)
+			appendStringInfoChar(&buf, 0);
+		else
+		{
+			append_varint(&buf, framing->nindexes);
+			for (int i = 0; i < framing->nindexes; i++)
+				append_varint(&buf, framing->indexes[i]);
+		}
+	}
+	appendBinaryStringInfo(&buf, body, (int) len);
+	*framedlen = buf.len;
+	return buf.data;
+}
+
+/* The framed value: its body by the schema's format, then the prefix. */
+static bool
+encode_framed(OutboxRecord *record, OutboxEvent *event, const char *instance,
+			  const MessageFormat *format, const OutboxFraming *framing)
+{
+	if (framing->format == OUTBOX_SCHEMA_PROTOBUF && format->format == OUTBOX_FORMAT_ENVELOPE)
+	{
+		void	   *envelope;
+
+		format->encode(record, event, instance);
+		envelope = (void *) record->value;
+		record->value = frame(framing, envelope, record->valuelen, &record->valuelen);
+		pfree(envelope);
+		return true;
+	}
+	record->value = frame(framing, event->payload, event->payloadlen, &record->valuelen);
+	return true;
+}
+
+bool
+outbox_message_build(OutboxEvent *event, const char *instance, const OutboxFraming *value,
+					 const OutboxFraming *key, OutboxRecord *record)
 {
 	const MessageFormat *format = current_format();
 	const char *type = content_type(event);
 
+	bool		framed = value != NULL && value->schema_id >= 0 && !event->payload_isnull;
+
 	record->topic = event->topic;
 	record->key = event->key_isnull ? NULL : event->key;
 	record->keylen = event->key_isnull ? 0 : (size_t) event->keylen;
+	if (key != NULL && key->schema_id >= 0 && !event->key_isnull)
+		record->key = frame(key, event->key, event->keylen, &record->keylen);
 	record->timestamp_ms = outbox_unix_microseconds(event->created_at) / 1000;
 	record->headers = palloc(sizeof(OutboxHeader) * (event->nheaders + MAX_ADDED_HEADERS));
 	record->nheaders = 0;
@@ -261,7 +338,7 @@ outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *rec
 		add_header(record, event->header_names[i], event->header_values[i]);
 	add_header(record, OUTBOX_ID_HEADER, psprintf(INT64_FORMAT, event->id));
 	add_header(record, OUTBOX_INSTANCE_HEADER, instance);
-	if (format->content_type && type != NULL &&
+	if (format->content_type && type != NULL && !framed &&
 		!event->payload_isnull && header_value(event, "content-type") == NULL)
 		add_header(record, "content-type", type);
 	if (format->add_headers != NULL)
@@ -272,6 +349,9 @@ outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *rec
 		record->value = NULL;
 		record->valuelen = 0;
 	}
+	else if (framed)
+		return encode_framed(record, event, instance, format, value);
 	else
 		format->encode(record, event, instance);
+	return true;
 }
