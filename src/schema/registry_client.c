@@ -14,12 +14,12 @@
  * registry's own message is all of its answer that is quoted.
  */
 #include "schema/registry_client.h"
+#include "secrets_file.h"
 #include "stop.h"
 
 #include <curl/curl.h>
 
 #include "lib/stringinfo.h"
-#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/json.h"
@@ -163,30 +163,58 @@ check_registry_url(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-static const char *
-masked(const char *value)
+/*
+ * The secrets of outbox.schema_registry_secrets_file: false with *error
+ * set (naming the file or line, never a value) if it cannot be used.
+ */
+static bool
+read_secrets(const char *path, char **password, char **token, char **error)
 {
-	if (value == NULL || value[0] == '\0' || superuser())
-		return value ? value : "";
-	return "********";
+	char	   *contents;
+	char	   *cursor;
+	char	   *name;
+	char	   *value;
+	int			lineno = 0;
+	int			found;
+
+	*password = *token = NULL;
+	if (path == NULL || path[0] == '\0')
+		return true;
+	if ((contents = outbox_read_secrets_file(path, error)) == NULL)
+		return false;
+	cursor = contents;
+	while ((found = outbox_secrets_file_line(&cursor, &lineno, &name, &value)) != 0)
+	{
+		if (found > 0 && strcmp(name, "password") == 0)
+			*password = value;
+		else if (found > 0 && strcmp(name, "token") == 0)
+			*token = value;
+		else
+		{
+			*error = psprintf("file \"%s\", line %d: not password=... or token=...", path, lineno);
+			return false;
+		}
+	}
+	return true;
 }
 
-static const char *
-show_registry_password(void)
+static bool
+check_registry_secrets_file(char **newval, void **extra, GucSource source)
 {
-	return masked(outbox_schema_registry_password);
-}
+	char	   *password;
+	char	   *token;
+	char	   *error = NULL;
 
-static const char *
-show_registry_token(void)
-{
-	return masked(outbox_schema_registry_token);
+	if (read_secrets(*newval, &password, &token, &error))
+		return true;
+	GUC_check_errdetail("%s", error);
+	return false;
 }
 
 /* The handle's options for one request to url + path. */
 static struct curl_slist *
 set_options(const char *url, const char *path, const char *body, Answer *answer,
-			char *errbuf)
+			char *errbuf, const char *password, const char *token)
 {
 	struct curl_slist *headers = NULL;
 	char	   *full = psprintf("%s%s", url, path);
@@ -215,9 +243,9 @@ set_options(const char *url, const char *path, const char *body, Answer *answer,
 		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long) strlen(body));
 	}
-	if (outbox_schema_registry_token && outbox_schema_registry_token[0])
+	if (token != NULL)
 	{
-		char	   *bearer = psprintf("Authorization: Bearer %s", outbox_schema_registry_token);
+		char	   *bearer = psprintf("Authorization: Bearer %s", token);
 
 		headers = curl_slist_append(headers, bearer);
 		explicit_bzero(bearer, strlen(bearer));
@@ -227,8 +255,7 @@ set_options(const char *url, const char *path, const char *body, Answer *answer,
 	{
 		curl_easy_setopt(curl, CURLOPT_HTTPAUTH, (long) CURLAUTH_BASIC);
 		curl_easy_setopt(curl, CURLOPT_USERNAME, outbox_schema_registry_user);
-		curl_easy_setopt(curl, CURLOPT_PASSWORD,
-						 outbox_schema_registry_password ? outbox_schema_registry_password : "");
+		curl_easy_setopt(curl, CURLOPT_PASSWORD, password ? password : "");
 	}
 	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
 	pfree(full);
@@ -315,11 +342,12 @@ registry_message(Jsonb *json)
  * else *error says what happened there.
  */
 static RegistryResult
-request_one(const char *url, const char *path, const char *body, Jsonb **json, char **error)
+request_one(const char *url, const char *path, const char *body, const char *password,
+			const char *token, Jsonb **json, char **error)
 {
 	Answer		answer = {0};
 	char		errbuf[CURL_ERROR_SIZE] = "";
-	struct curl_slist *headers = set_options(url, path, body, &answer, errbuf);
+	struct curl_slist *headers = set_options(url, path, body, &answer, errbuf, password, token);
 	CURLcode	code = curl_easy_perform(curl);
 	long		status = 0;
 	char	   *where = shown_url(url);
@@ -377,6 +405,8 @@ request(const char *path, const char *body, Jsonb **json, char **error)
 	List	   *urls = registry_urls();
 	int			n = list_length(urls);
 	StringInfoData errors;
+	char	   *password;
+	char	   *token;
 
 	*json = NULL;
 	if (n == 0)
@@ -384,14 +414,16 @@ request(const char *path, const char *body, Jsonb **json, char **error)
 		*error = pstrdup("no Schema Registry is configured (outbox.schema_registry_url)");
 		return REGISTRY_OUTAGE;
 	}
-	if (!ensure_curl(error))
+	if (!ensure_curl(error) ||
+		!read_secrets(outbox_schema_registry_secrets_file, &password, &token, error))
 		return REGISTRY_OUTAGE;
 	initStringInfo(&errors);
 	for (int i = 0; i < n && !outbox_stop_requested(); i++)
 	{
 		int			at = (last_good_url + i) % n;
 		char	   *one = NULL;
-		RegistryResult result = request_one(list_nth(urls, at), path, body, json, &one);
+		RegistryResult result = request_one(list_nth(urls, at), path, body, password, token,
+											json, &one);
 
 		if (result != REGISTRY_OUTAGE)
 		{

@@ -11,8 +11,9 @@
 #include "settings.h"
 
 /*
- * settings.h's rows. The password and the token are secrets: superuser
- * only, out of pg_settings, masked by SHOW, never in a log or last_error.
+ * settings.h's rows. The password and the token are secrets: they live in
+ * a file (secrets_file.h), as a reload logs every setting's new value, and
+ * never reach a log or last_error.
  */
 #define OUTBOX_REGISTRY_SETTINGS(STRING, INT, BOOL, ENUM) \
 	STRING(outbox_schema_registry_url, "outbox.schema_registry_url", \
@@ -22,12 +23,10 @@
 	STRING(outbox_schema_registry_user, "outbox.schema_registry_user", \
 		   "User name of HTTP basic authentication to the Schema Registry.", NULL, \
 		   "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, NULL, NULL) \
-	STRING(outbox_schema_registry_password, "outbox.schema_registry_password", \
-		   "Password of HTTP basic authentication to the Schema Registry.", NULL, \
-		   "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, NULL, show_registry_password) \
-	STRING(outbox_schema_registry_token, "outbox.schema_registry_token", \
-		   "Bearer token sent to the Schema Registry (instead of basic authentication).", NULL, \
-		   "", PGC_SIGHUP, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL, NULL, show_registry_token) \
+	STRING(outbox_schema_registry_secrets_file, "outbox.schema_registry_secrets_file", \
+		   "File of the Schema Registry's secrets: password=... (basic authentication) or token=... (a bearer token), a line each.", \
+		   "Readable by the server's user only (0600); read at each request, so a new token needs no reload.", \
+		   "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_registry_secrets_file, NULL) \
 	STRING(outbox_schema_registry_ca_file, "outbox.schema_registry_ca_file", \
 		   "File of CA certificates (PEM) that verify the Schema Registry's TLS certificate.", \
 		   "Empty: the system's CA certificates.", \

@@ -290,7 +290,7 @@ write_plan(const char *schema, bool resolved)
 	/* $1 topic, $2 part, $3 signature, then $4 id and $5 text, or $4 the error */
 	plans[resolved] = SPI_prepare(psprintf(resolved ?
 										   "UPDATE %s.outbox_topic_schema SET schema_id = $4, "
-										   "schema_text = pg_catalog.coalesce($5, schema_text), "
+										   "schema_text = COALESCE($5, schema_text), "
 										   "resolved_at = pg_catalog.now(), last_error = NULL "
 										   "WHERE topic" EQ "$1 AND part" EQ "$2 AND " SIGNATURE_SQL EQ "$3" :
 										   "UPDATE %s.outbox_topic_schema SET last_error = $4 "
