@@ -103,8 +103,8 @@ sub hex_of { return unpack('H*', $_[0] // '') }
 
 # ---- set-up -------------------------------------------------------------
 my $stub = start_stub();
-my @topics = qw(sr_json sr_key sr_fixed sr_proto sr_nested sr_version sr_latest
-  sr_down sr_other sr_missing sr_auth sr_token sr_failover sr_tls);
+my @topics = qw(sr_json sr_key sr_fixed sr_proto sr_nested sr_avro sr_evolve sr_latest
+  sr_down sr_other sr_auth sr_token sr_failover sr_tls);
 my $broker = start_broker(topics => [ map { "$_:1" } @topics ]);
 our $node = new_outbox_node('sr', $broker, message_format => 'payload', conf => qq{
 outbox.schema_registry_url = '$stub->{url}'
@@ -117,6 +117,15 @@ my $json_text = sql(q{SELECT '{"n": 1}'::jsonb::text});
 END { diag(slurp_file($node->logfile)) if $node && !Test::More->builder->is_passing; }
 
 sub row { return sql("SELECT $_[1] FROM outbox_topic_schema WHERE topic = '$_[0]' AND part = 'value'") }
+
+# The senders check a payload against the schema text the workers fetched:
+# a row that finds its schema at the registry takes events once resolved.
+sub wait_resolved
+{
+	my ($topic) = @_;
+	return wait_query($node, 'postgres', "SELECT bool_and(schema_text IS NOT NULL AND resolved_at IS NOT NULL)"
+		  . " FROM outbox_topic_schema WHERE topic = '$topic'", 20);
+}
 
 # ---- json_schema, registered from SQL -------------------------------------
 sql(q{SELECT outbox_topic_schema('sr_json', 'json_schema',
@@ -147,9 +156,10 @@ my $proto = 'syntax = "proto3"; package t; message Order { string id = 1; }'
 my $proto_id = registry($stub, 'POST', '/subjects/t-proto/versions',
 	{ schemaType => 'PROTOBUF', schema => $proto })->{id};
 sql("SELECT outbox_topic_schema('sr_proto', 'protobuf', schema_id => $proto_id)");
-sql(q{SELECT outbox_send('sr_proto', '\x0a0131'::bytea)});
 sql(q{SELECT outbox_topic_schema('sr_nested', 'protobuf', version => '1', subject => 't-proto',
 	message_indexes => '{1,0}')});
+ok(wait_resolved('sr_proto') && wait_resolved('sr_nested'), 'the worker fetched the Protobuf schemas');
+sql(q{SELECT outbox_send('sr_proto', '\x0a0131'::bytea)});
 sql(q{SELECT outbox_send('sr_nested', '\x0a0178'::bytea)});
 ok(wait_for_empty($node, 30), 'protobuf: the events are delivered');
 is(hex_of(consume_raw($broker, 'sr_proto')->[0]{value}), hex_of(framed($proto_id, "\x0a\x01\x31", 0)),
@@ -160,6 +170,7 @@ is(row('sr_proto', 'schema_text'), $proto, 'a fixed id\'s schema text is fetched
 
 # ---- a fixed id without any lookup: JSON Schema --------------------------
 sql("SELECT outbox_topic_schema('sr_fixed', 'json_schema', schema_id => $json_id)");
+ok(wait_resolved('sr_fixed'), 'fixed id: its schema text fetched');
 sql(q{SELECT outbox_send('sr_fixed', '{"n": 1}'::jsonb)});
 ok(wait_for_empty($node, 30), 'fixed id: delivered');
 is(hex_of(consume_raw($broker, 'sr_fixed')->[0]{value}), hex_of(framed($json_id, $json_text)),
@@ -169,6 +180,7 @@ is(hex_of(consume_raw($broker, 'sr_fixed')->[0]{value}), hex_of(framed($json_id,
 my $v1 = registry($stub, 'POST', '/subjects/sr_latest-value/versions',
 	{ schemaType => 'JSON', schema => '{"type":"object"}' })->{id};
 sql(q{SELECT outbox_topic_schema('sr_latest', 'json_schema', version => 'latest')});
+ok(wait_resolved('sr_latest'), 'latest: resolved');
 sql(q{SELECT outbox_send('sr_latest', '{"n": 1}'::jsonb)});
 ok(wait_for_empty($node, 30), 'latest: the first event is delivered');
 my $v2 = registry($stub, 'POST', '/subjects/sr_latest-value/versions',
@@ -182,14 +194,48 @@ $records = consume_raw($broker, 'sr_latest');
 is_deeply([ map { unpack('x N', $_->{value}) } @$records ], [ $v1, $v2 ],
 	'the event after the new version carries its id');
 
+# ---- Avro: the JSON payload encoded with the registered schema ------------
+my $avro_v1 = '{"type":"record","name":"E","fields":[{"name":"n","type":"int"},'
+  . '{"name":"s","type":"string"}]}';
+sql(qq{SELECT outbox_topic_schema('sr_avro', 'avro', schema => '$avro_v1')});
+sql(q{SELECT outbox_send('sr_avro', '{"n": 1, "s": "hi"}'::jsonb)});
+sql(q{SELECT outbox_send('sr_avro', '{"n": -65, "s": ""}'::jsonb)});
+ok(wait_for_empty($node, 30), 'avro: delivered');
+my $avro_id = row('sr_avro', 'schema_id');
+$records = consume_raw($broker, 'sr_avro');
+is(hex_of($records->[0]{value}), hex_of(framed($avro_id, "\x02\x04hi")),
+	'avro: 00, the id, then the Avro binary (int 1 as 02, the string as length 4 and its bytes)');
+is(hex_of($records->[1]{value}), hex_of(framed($avro_id, "\x81\x01\x00")), 'avro: -65 as 81 01, "" as 00');
+
+# ---- a payload that does not fit a schema replaced after it was sent ------
+# (the sender checked it against the schema then; the worker encodes with
+# the one the row names when it produces): the event's fault.
+my $avro_v2 = '{"type":"record","name":"E","fields":[{"name":"n","type":"int"},'
+  . '{"name":"m","type":"long"}]}';
+registry($stub, 'POST', '/subjects/sr_evolve-value/versions', { schemaType => 'AVRO', schema => $avro_v1 });
+registry($stub, 'POST', '/subjects/sr_evolve-value/versions', { schemaType => 'AVRO', schema => $avro_v2 });
+sql(q{SELECT outbox_topic_schema('sr_evolve', 'avro', version => '1')});
+ok(wait_resolved('sr_evolve'), 'version 1 resolved');
+ok(pause_delivery($node, 1), 'delivery paused');
+my $evolved = sql(q{SELECT outbox_send('sr_evolve', '{"n": 1, "s": "x"}'::jsonb)});
+sql(q{SELECT outbox_topic_schema('sr_evolve', 'avro', version => '2')});
+reload_with($node, 'outbox.enabled = on');
+ok(wait_query($node, 'postgres', "SELECT attempts > 0 FROM outbox WHERE id = $evolved", 20),
+	'a payload that does not fit the schema at produce time counts attempts');
+like(sql("SELECT last_error FROM outbox WHERE id = $evolved"), qr/payload does not fit the avro schema \d+ of topic "sr_evolve"/,
+	'... and last_error says why');
+sql("DELETE FROM outbox WHERE id = $evolved");
+
 # ---- a subject's version that does not exist: the events' fault ---------
-sql(q{SELECT outbox_topic_schema('sr_missing', 'json_schema', version => '7', subject => 'nothing-here')});
-my $missing = sql(q{SELECT outbox_send('sr_missing', '{"n": 1}'::jsonb)});
+ok(pause_delivery($node, 1), 'delivery paused');
+my $missing = sql(q{SELECT outbox_send('sr_latest', '{"n": 1}'::jsonb)});
+sql(q{SELECT outbox_topic_schema('sr_latest', 'json_schema', version => '7')});
+reload_with($node, 'outbox.enabled = on');
 ok(wait_query($node, 'postgres', "SELECT attempts > 0 FROM outbox WHERE id = $missing", 20),
 	'a version the registry does not have counts attempts');
-like(sql("SELECT last_error FROM outbox WHERE id = $missing"), qr/refused the value schema.*HTTP 404.*40401/,
+like(sql("SELECT last_error FROM outbox WHERE id = $missing"), qr/refused the value schema.*HTTP 404.*40402/,
 	'... and last_error says the registry refused it');
-like(row('sr_missing', 'last_error'), qr/HTTP 404/, 'the row\'s last_error says so too');
+like(row('sr_latest', 'last_error'), qr/HTTP 404/, 'the row\'s last_error says so too');
 sql("DELETE FROM outbox WHERE id = $missing");
 
 # ---- the registry down under load ------------------------------------------

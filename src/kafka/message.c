@@ -27,6 +27,7 @@
  */
 #include "kafka/message.h"
 #include "kafka/envelope.h"
+#include "schema/avro_value.h"
 #include "settings.h"
 
 #include "lib/stringinfo.h"
@@ -272,48 +273,88 @@ append_varint(StringInfo buf, int32 n)
  * endian), for Protobuf the message's path (a count, then the indexes;
  * the first message, [0], as the single byte 0), then the body.
  */
-static char *
-frame(const OutboxFraming *framing, const char *body, size_t len, size_t *framedlen)
+static void
+append_prefix(StringInfo buf, const OutboxFraming *framing)
+{
+	uint32		id = pg_hton32((uint32) framing->schema_id);
+
+	appendStringInfoChar(buf, 0);
+	appendBinaryStringInfo(buf, (const char *) &id, sizeof(id));
+	if (framing->format == SCHEMA_FORMAT_PROTOBUF)
+	{
+		if (framing->nindexes == 1 && framing->indexes[0] == 0)
+			appendStringInfoChar(buf, 0);
+		else
+		{
+			append_varint(buf, framing->nindexes);
+			for (int i = 0; i < framing->nindexes; i++)
+				append_varint(buf, framing->indexes[i]);
+		}
+	}
+}
+
+/*
+ * The framed bytes of a value or key: the prefix, then the body, which
+ * Avro encodes from the JSON text with the schema the id names. False if
+ * the JSON does not fit that schema, with *error.
+ */
+static bool
+frame(const OutboxFraming *framing, const char *body, size_t len, const char **framed,
+	  size_t *framedlen, char **error)
 {
 	StringInfoData buf;
-	uint32		id = pg_hton32((uint32) framing->schema_id);
 
 	initStringInfo(&buf);
 	enlargeStringInfo(&buf, (int) len + 16);
-	appendStringInfoChar(&buf, 0);
-	appendBinaryStringInfo(&buf, (const char *) &id, sizeof(id));
-	if (framing->format == OUTBOX_SCHEMA_PROTOBUF)
+	append_prefix(&buf, framing);
+	if (framing->format == SCHEMA_FORMAT_AVRO)
 	{
-		if (framing->nindexes == 1 && framing->indexes[0] == 0)
-			appendStringInfoChar(&buf, 0);
-		else
+		if (!outbox_avro_encode(framing->schema_text, body, (int) len, &buf, error))
 		{
-			append_varint(&buf, framing->nindexes);
-			for (int i = 0; i < framing->nindexes; i++)
-				append_varint(&buf, framing->indexes[i]);
+			pfree(buf.data);
+			return false;
 		}
 	}
-	appendBinaryStringInfo(&buf, body, (int) len);
+	else
+		appendBinaryStringInfo(&buf, body, (int) len);
+	*framed = buf.data;
 	*framedlen = buf.len;
-	return buf.data;
+	return true;
 }
 
-/* The framed value: its body by the schema's format, then the prefix. */
+/* A payload or key its schema refuses: the event's fault, with the reason. */
+static bool
+refuse(OutboxEvent *event, const char *part, const OutboxFraming *framing, const char *error)
+{
+	event->outcome = EVENT_FAILED_PERMANENT;
+	event->error = psprintf("the %s does not fit the %s schema %d of topic \"%s\": %s", part,
+							outbox_schema_format_name(framing->format), framing->schema_id,
+							event->topic, error);
+	return false;
+}
+
+/* The framed value: its body by the schema's format, after the prefix. */
 static bool
 encode_framed(OutboxRecord *record, OutboxEvent *event, const char *instance,
 			  const MessageFormat *format, const OutboxFraming *framing)
 {
-	if (framing->format == OUTBOX_SCHEMA_PROTOBUF && format->format == OUTBOX_FORMAT_ENVELOPE)
+	const char *framed;
+	char	   *error = NULL;
+
+	if (framing->format == SCHEMA_FORMAT_PROTOBUF && format->format == OUTBOX_FORMAT_ENVELOPE)
 	{
 		void	   *envelope;
 
 		format->encode(record, event, instance);
 		envelope = (void *) record->value;
-		record->value = frame(framing, envelope, record->valuelen, &record->valuelen);
+		frame(framing, envelope, record->valuelen, &framed, &record->valuelen, &error);
+		record->value = framed;
 		pfree(envelope);
 		return true;
 	}
-	record->value = frame(framing, event->payload, event->payloadlen, &record->valuelen);
+	if (!frame(framing, event->payload, event->payloadlen, &framed, &record->valuelen, &error))
+		return refuse(event, "payload", framing, error);
+	record->value = framed;
 	return true;
 }
 
@@ -330,7 +371,12 @@ outbox_message_build(OutboxEvent *event, const char *instance, const OutboxFrami
 	record->key = event->key_isnull ? NULL : event->key;
 	record->keylen = event->key_isnull ? 0 : (size_t) event->keylen;
 	if (key != NULL && key->schema_id >= 0 && !event->key_isnull)
-		record->key = frame(key, event->key, event->keylen, &record->keylen);
+	{
+		char	   *error = NULL;
+
+		if (!frame(key, event->key, event->keylen, &record->key, &record->keylen, &error))
+			return refuse(event, "key", key, error);
+	}
 	record->timestamp_ms = outbox_unix_microseconds(event->created_at) / 1000;
 	record->headers = palloc(sizeof(OutboxHeader) * (event->nheaders + MAX_ADDED_HEADERS));
 	record->nheaders = 0;

@@ -6,6 +6,7 @@
 #define OUTBOX_MESSAGE_H
 
 #include "event.h"
+#include "schema/topic_schema.h"
 
 /* Kafka header that carries the event id on every message */
 #define OUTBOX_ID_HEADER "outbox-id"
@@ -35,11 +36,6 @@ typedef struct OutboxRecord
 	int64		timestamp_ms;	/* CreateTime: the event's created_at */
 } OutboxRecord;
 
-/* The formats of outbox_topic_schema, as the worker holds them. */
-#define OUTBOX_SCHEMA_JSON 'j'
-#define OUTBOX_SCHEMA_AVRO 'a'
-#define OUTBOX_SCHEMA_PROTOBUF 'p'
-
 /*
  * How a record's value or key is framed for a Schema Registry's
  * deserializers (Confluent's wire format), as the worker resolved it.
@@ -47,7 +43,7 @@ typedef struct OutboxRecord
 typedef struct OutboxFraming
 {
 	int32		schema_id;		/* -1: sent as the format makes it */
-	char		format;			/* OUTBOX_SCHEMA_* */
+	SchemaFormat format;
 	int			nindexes;		/* protobuf: the message's path */
 	const int32 *indexes;
 	const char *schema_text;	/* avro: the schema of schema_id */

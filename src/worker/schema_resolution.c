@@ -47,8 +47,8 @@ typedef struct SchemaEntry
 	/* the row, as the last load read it */
 	char	   *signature;		/* its configuration: a change resolves it again */
 	char	   *format_name;
-	char		format;			/* OUTBOX_SCHEMA_* */
-	char		lookup;			/* 'i'd, 'v'ersion, 'r'egister */
+	SchemaFormat format;
+	char		lookup;			/* SCHEMA_LOOKUP_* */
 	char	   *subject;
 	char	   *version;
 	int			nindexes;
@@ -136,8 +136,10 @@ load_row(HeapTuple tuple, TupleDesc desc, HTAB *old)
 	entry = hash_search(entries, key, HASH_ENTER, NULL);
 	memset((char *) entry + sizeof(entry->key), 0, sizeof(SchemaEntry) - sizeof(entry->key));
 	entry->format_name = text_column(tuple, desc, 3);
-	entry->format = strcmp(entry->format_name, "avro") == 0 ? OUTBOX_SCHEMA_AVRO :
-		strcmp(entry->format_name, "protobuf") == 0 ? OUTBOX_SCHEMA_PROTOBUF : OUTBOX_SCHEMA_JSON;
+	for (SchemaFormat f = SCHEMA_FORMAT_JSON_SCHEMA; f <= SCHEMA_FORMAT_PROTOBUF; f++)
+		if (strcmp(entry->format_name, outbox_schema_format_name(f)) == 0)
+			entry->format = f;
+	/* 'id', 'version', 'register': SCHEMA_LOOKUP_* */
 	entry->lookup = SPI_getvalue(tuple, desc, 4)[0];
 	entry->subject = text_column(tuple, desc, 5);
 	entry->version = text_column(tuple, desc, 6);
@@ -215,9 +217,9 @@ usable(const SchemaEntry *entry)
 	if (entry->schema_id < 0)
 		return false;
 	if (entry->resolved_at != 0)
-		return entry->format != OUTBOX_SCHEMA_AVRO || entry->schema_text != NULL;
+		return entry->format != SCHEMA_FORMAT_AVRO || entry->schema_text != NULL;
 	/* a fixed id needs the registry only for Avro's schema text */
-	return entry->lookup == 'i' && entry->format != OUTBOX_SCHEMA_AVRO;
+	return entry->lookup == SCHEMA_LOOKUP_ID && entry->format != SCHEMA_FORMAT_AVRO;
 }
 
 /* Whether the registry is to be asked about an entry now. */
@@ -231,7 +233,7 @@ resolution_due(const SchemaEntry *entry, TimestampTz now)
 	if (entry->resolved_at == 0)
 		/* a fixed id: its text, for the senders, once a registry is set */
 		return outbox_schema_registry_url[0] != '\0';
-	return entry->lookup == 'v' && strcmp(entry->version, "latest") == 0 &&
+	return entry->lookup == SCHEMA_LOOKUP_VERSION && strcmp(entry->version, "latest") == 0 &&
 		now >= TimestampTzPlusMilliseconds(entry->resolved_at, outbox_schema_registry_refresh_ms);
 }
 
@@ -243,11 +245,11 @@ resolve(SchemaEntry *entry, TimestampTz now)
 	char	   *error = NULL;
 	MemoryContext old = MemoryContextSwitchTo(entries_context);
 
-	if (entry->lookup == 'r')
+	if (entry->lookup == SCHEMA_LOOKUP_REGISTER)
 		entry->result = outbox_registry_register(entry->subject,
 												 outbox_registry_schema_type(entry->format_name),
 												 entry->schema_text, &found, &error);
-	else if (entry->lookup == 'v')
+	else if (entry->lookup == SCHEMA_LOOKUP_VERSION)
 		entry->result = outbox_registry_version(entry->subject, entry->version, &found, &error);
 	else
 		entry->result = outbox_registry_schema(entry->schema_id, &found, &error);
@@ -259,7 +261,7 @@ resolve(SchemaEntry *entry, TimestampTz now)
 	{
 		entry->failures = 0;
 		entry->schema_id = found.id;
-		if (entry->lookup != 'r' && found.schema != NULL)
+		if (entry->lookup != SCHEMA_LOOKUP_REGISTER && found.schema != NULL)
 			entry->schema_text = found.schema;
 		entry->resolved_at = now;
 		entry->retry_at = 0;
@@ -316,7 +318,7 @@ write_entry(const char *schema, SchemaEntry *entry)
 	if (resolved)
 	{
 		values[3] = Int32GetDatum(entry->schema_id);
-		if (entry->lookup == 'r' || entry->schema_text == NULL)
+		if (entry->lookup == SCHEMA_LOOKUP_REGISTER || entry->schema_text == NULL)
 			nulls[4] = 'n';
 		else
 			values[4] = CStringGetTextDatum(entry->schema_text);
