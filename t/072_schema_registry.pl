@@ -104,7 +104,7 @@ sub hex_of { return unpack('H*', $_[0] // '') }
 # ---- set-up -------------------------------------------------------------
 my $stub = start_stub();
 my @topics = qw(sr_json sr_key sr_fixed sr_proto sr_nested sr_avro sr_evolve sr_latest
-  sr_down sr_other sr_auth sr_token sr_failover sr_tls);
+  sr_down sr_other sr_auth sr_token sr_failover sr_tls sr_env);
 my $broker = start_broker(topics => [ map { "$_:1" } @topics ]);
 our $node = new_outbox_node('sr', $broker, message_format => 'payload', conf => qq{
 outbox.schema_registry_url = '$stub->{url}'
@@ -353,6 +353,39 @@ ok(wait_query($node, 'postgres',
 reload_with($node, "outbox.schema_registry_ca_file = '$dir/cert.pem'");
 ok(wait_for_empty($node, 30), 'with the CA file: delivered');
 is(row('sr_tls', 'last_error IS NULL'), 't', 'the row resolved over TLS');
+
+# ---- the envelope as a registered Protobuf schema ---------------------------
+reload_with($node, "outbox.schema_registry_ca_file = ''");
+reload_with($node, "outbox.schema_registry_url = '$stub->{url}'");
+my $envelope_proto = slurp_file("$root/proto/outbox.proto");
+my $env_id = registry($stub, 'POST', '/subjects/sr_env-value/versions',
+	{ schemaType => 'PROTOBUF', schema => $envelope_proto })->{id};
+sql("SELECT outbox_topic_schema('sr_env', 'protobuf', schema_id => $env_id)");
+ok(wait_resolved('sr_env'), 'the envelope\'s schema fetched');
+reload_with($node, "outbox.message_format = 'envelope'");
+sql(q{SELECT outbox_send('sr_env', '\x0801'::bytea, '\x6b'::bytea)});
+ok(wait_for_empty($node, 30), 'envelope: delivered');
+my $env = consume_raw($broker, 'sr_env')->[0]{value};
+is(hex_of(substr($env, 0, 6)), hex_of(pack('CN', 0, $env_id) . "\x00"),
+	'envelope: 00, the id, the path [0] as 00');
+my ($body, $text, $err) = (substr($env, 6), '', '');
+IPC::Run::run([ 'protoc', "--proto_path=$root/proto", '--decode=outbox.v1.Event', 'outbox.proto' ],
+	'<', \$body, '>', \$text, '2>', \$err) or die "protoc failed: $err";
+like($text, qr/topic: "sr_env"/, '... then the envelope, which protoc decodes with proto/outbox.proto');
+like($text, qr/payload: "\\010\\001"/, '... holding the payload');
+reload_with($node, "outbox.message_format = 'payload'");
+
+# ---- bad settings are refused at reload, the value kept ---------------------
+my $offset = -s $node->logfile;
+reload_with($node, "outbox.schema_registry_url = 'ftp://nowhere'");
+ok(wait_until(10, sub { log_since($node, $offset) =~ /invalid value for parameter "outbox.schema_registry_url".*\n.*http:\/\/ or https:\/\//s }),
+	'a URL that is not http(s) is refused');
+write_secrets('password=x');
+chmod 0640, $secrets;
+reload_with($node, "outbox.schema_registry_secrets_file = '$secrets'");
+ok(wait_until(10, sub { log_since($node, $offset) =~ /invalid value for parameter "outbox.schema_registry_secrets_file".*\n.*group or world access/s }),
+	'a secrets file others may read is refused');
+is(sql('SHOW outbox.schema_registry_url'), $stub->{url}, 'the URL kept its value');
 
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letter in the whole run');
 
