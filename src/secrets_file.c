@@ -16,8 +16,8 @@
 /* A secrets file is a few lines: anything bigger is not one. */
 #define SECRETS_FILE_MAX (1024 * 1024)
 
-char *
-outbox_read_secrets_file(const char *path, char **error)
+static char *
+read_file(const char *path, size_t *size, char **error)
 {
 	struct stat st;
 	char	   *contents;
@@ -59,11 +59,16 @@ outbox_read_secrets_file(const char *path, char **error)
 		return NULL;
 	}
 	contents[got] = '\0';
+	*size = got;
 	return contents;
 }
 
-int
-outbox_secrets_file_line(char **cursor, int *lineno, char **name_out, char **value_out)
+/*
+ * The next line of *cursor, split in place: 1, 0 at the end, -1 for a
+ * line not of the form name=value.
+ */
+static int
+next_line(char **cursor, int *lineno, char **name_out, char **value_out)
 {
 	while (*cursor != NULL && **cursor != '\0')
 	{
@@ -96,4 +101,39 @@ outbox_secrets_file_line(char **cursor, int *lineno, char **name_out, char **val
 		return 1;
 	}
 	return 0;
+}
+
+bool
+outbox_secrets_file_read(const char *path, SecretsLineFn fn, void *arg, char **error)
+{
+	char	   *contents;
+	char	   *cursor;
+	char	   *name;
+	char	   *value;
+	int			lineno = 0;
+	int			found;
+	size_t		size;
+	bool		ok = true;
+
+	if (path == NULL || path[0] == '\0')
+		return true;
+	if ((contents = read_file(path, &size, error)) == NULL)
+		return false;
+	cursor = contents;
+	while ((found = next_line(&cursor, &lineno, &name, &value)) != 0)
+	{
+		char	   *line_error = NULL;
+
+		if (found < 0 || !fn(name, value, arg, &line_error))
+		{
+			*error = psprintf("file \"%s\", line %d: %s", path, lineno,
+							  found < 0 ? "not of the form name=value" : line_error);
+			ok = false;
+			break;
+		}
+	}
+	/* the values were copied by fn: leave no secret in freed memory */
+	explicit_bzero(contents, size);
+	pfree(contents);
+	return ok;
 }

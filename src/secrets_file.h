@@ -10,15 +10,17 @@
 
 #include "postgres.h"
 
-/* The file's contents (palloc'd), or NULL with *error set (never a secret). */
-extern char *outbox_read_secrets_file(const char *path, char **error);
+/* What to do with a line's name and value: false with *error to stop. */
+typedef bool (*SecretsLineFn) (const char *name, const char *value, void *arg, char **error);
 
 /*
- * The next "name=value" line of contents from *cursor on (blank lines and
+ * Hands each "name=value" line of the file at path to fn (blank lines and
  * lines starting with # skipped; the value runs to the end of its line,
- * without escapes), split in place: 1, 0 at the end, -1 for a line not of
- * that form. *lineno counts the lines read.
+ * without escapes). False with *error (naming the file and line, never a
+ * value) if the file cannot be read, a line is not of that form, or fn
+ * refuses one. An empty path is a file without lines.
  */
-extern int	outbox_secrets_file_line(char **cursor, int *lineno, char **name, char **value);
+extern bool outbox_secrets_file_read(const char *path, SecretsLineFn fn, void *arg,
+									 char **error);
 
 #endif							/* OUTBOX_SECRETS_FILE_H */

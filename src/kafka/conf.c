@@ -154,44 +154,17 @@ apply_config(KafkaConf *kc, const char *config, char **error)
 	return true;
 }
 
-/*
- * Applies outbox.kafka_config_file's "name=value" lines (blank lines and
- * lines starting with # are skipped; the value runs to the end of its line,
- * without escapes).
- */
+static bool
+apply_config_line(const char *name, const char *value, void *arg, char **error)
+{
+	return apply_property((KafkaConf *) arg, name, value, error);
+}
+
+/* Applies outbox.kafka_config_file's "name=value" lines (secrets_file.h). */
 static bool
 apply_config_file(KafkaConf *kc, const char *path, char **error)
 {
-	char	   *contents;
-	char	   *line;
-	char	   *name;
-	char	   *value;
-	int			lineno = 0;
-	int			found;
-
-	if (path == NULL || path[0] == '\0')
-		return true;
-	contents = outbox_read_secrets_file(path, error);
-	if (contents == NULL)
-		return false;
-	line = contents;
-	while ((found = outbox_secrets_file_line(&line, &lineno, &name, &value)) != 0)
-	{
-		char	   *line_error = NULL;
-
-		if (found < 0)
-		{
-			*error = psprintf("file \"%s\", line %d: not of the form name=value", path, lineno);
-			return false;
-		}
-		if (!apply_property(kc, name, value, &line_error))
-		{
-			*error = psprintf("file \"%s\", line %d: %s", path, lineno, line_error);
-			return false;
-		}
-	}
-	pfree(contents);
-	return true;
+	return outbox_secrets_file_read(path, apply_config_line, kc, error);
 }
 
 /*

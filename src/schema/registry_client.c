@@ -163,6 +163,29 @@ check_registry_url(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+typedef struct RegistrySecrets
+{
+	char	   *password;
+	char	   *token;
+} RegistrySecrets;
+
+static bool
+take_secret(const char *name, const char *value, void *arg, char **error)
+{
+	RegistrySecrets *secrets = arg;
+
+	if (strcmp(name, "password") == 0)
+		secrets->password = pstrdup(value);
+	else if (strcmp(name, "token") == 0)
+		secrets->token = pstrdup(value);
+	else
+	{
+		*error = pstrdup("not password=... or token=...");
+		return false;
+	}
+	return true;
+}
+
 /*
  * The secrets of outbox.schema_registry_secrets_file: false with *error
  * set (naming the file or line, never a value) if it cannot be used.
@@ -170,32 +193,12 @@ check_registry_url(char **newval, void **extra, GucSource source)
 static bool
 read_secrets(const char *path, char **password, char **token, char **error)
 {
-	char	   *contents;
-	char	   *cursor;
-	char	   *name;
-	char	   *value;
-	int			lineno = 0;
-	int			found;
+	RegistrySecrets secrets = {NULL, NULL};
+	bool		ok = outbox_secrets_file_read(path, take_secret, &secrets, error);
 
-	*password = *token = NULL;
-	if (path == NULL || path[0] == '\0')
-		return true;
-	if ((contents = outbox_read_secrets_file(path, error)) == NULL)
-		return false;
-	cursor = contents;
-	while ((found = outbox_secrets_file_line(&cursor, &lineno, &name, &value)) != 0)
-	{
-		if (found > 0 && strcmp(name, "password") == 0)
-			*password = value;
-		else if (found > 0 && strcmp(name, "token") == 0)
-			*token = value;
-		else
-		{
-			*error = psprintf("file \"%s\", line %d: not password=... or token=...", path, lineno);
-			return false;
-		}
-	}
-	return true;
+	*password = secrets.password;
+	*token = secrets.token;
+	return ok;
 }
 
 static bool
