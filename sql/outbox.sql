@@ -264,6 +264,7 @@ CREATE FUNCTION @extschema@.outbox_check_schema_text(format text, schema text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'outbox_check_schema_text'
 LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION @extschema@.outbox_check_schema_text(text, text) FROM PUBLIC;
 
 -- Sets (or replaces) a topic's schema. Exactly one of schema (registered
 -- under the subject), schema_id (fixed) and version (a number or 'latest'

@@ -66,9 +66,18 @@ write_little_endian(StringInfo out, uint64 bits, int size)
 		appendStringInfoChar(out, (char) ((bits >> (8 * i)) & 0xff));
 }
 
+static avro_schema_t
+resolved(avro_schema_t schema)
+{
+	return is_avro_link(schema) ? avro_schema_link_target(schema) : schema;
+}
+
 static const char *
 type_name(avro_schema_t schema)
 {
+	const char *name;
+
+	schema = resolved(schema);
 	switch (avro_typeof(schema))
 	{
 		case AVRO_STRING:
@@ -94,14 +103,18 @@ type_name(avro_schema_t schema)
 		case AVRO_UNION:
 			return "union";
 		default:
-			return avro_schema_name(schema);
+			name = avro_schema_name(schema);
+			return name ? name : "?";
 	}
 }
 
 static char *
 wrong_type(JsonbValue *v, avro_schema_t schema)
 {
-	const char *kind = is_avro_record(schema) ? "the record " :
+	const char *kind;
+
+	schema = resolved(schema);
+	kind = is_avro_record(schema) ? "the record " :
 		is_avro_enum(schema) ? "the enum " : is_avro_fixed(schema) ? "the fixed " : "";
 
 	return psprintf("is a JSON %s, the schema wants %s%s", outbox_json_type_name(v), kind,
@@ -241,6 +254,7 @@ pop(Walk *w, int len)
 static bool
 nullable(avro_schema_t schema)
 {
+	schema = resolved(schema);
 	if (is_avro_null(schema))
 		return true;
 	if (!is_avro_union(schema))
@@ -342,6 +356,7 @@ branch_named(avro_schema_t branch, const char *name, int len)
 	const char *space = NULL;
 	char	   *full;
 
+	branch = resolved(branch);
 	if (strlen(short_name) == (size_t) len && memcmp(short_name, name, len) == 0)
 		return true;
 	if (is_avro_record(branch) || is_avro_enum(branch) || is_avro_fixed(branch))
@@ -354,21 +369,20 @@ branch_named(avro_schema_t branch, const char *name, int len)
 
 /* Avro's JSON form of a union's value: {"<branch's name>": value} */
 static int
-wrapped_branch(avro_schema_t schema, JsonbValue *v, JsonbValue *inner)
+wrapped_branch(avro_schema_t schema, JsonbValue *v, JsonbValue *inner, JsonbValue *key)
 {
 	JsonbIterator *it;
-	JsonbValue	key;
 
 	if (v->type != jbvBinary || !JsonContainerIsObject(v->val.binary.data) ||
 		JsonContainerSize(v->val.binary.data) != 1)
 		return -1;
 	it = JsonbIteratorInit(v->val.binary.data);
-	(void) JsonbIteratorNext(&it, &key, true);	/* WJB_BEGIN_OBJECT */
-	(void) JsonbIteratorNext(&it, &key, true);
+	(void) JsonbIteratorNext(&it, key, true);	/* WJB_BEGIN_OBJECT */
+	(void) JsonbIteratorNext(&it, key, true);
 	(void) JsonbIteratorNext(&it, inner, true);
 	for (size_t i = 0; i < avro_schema_union_size(schema); i++)
 		if (branch_named(avro_schema_union_branch(schema, (int) i),
-						 key.val.string.val, key.val.string.len))
+						 key->val.string.val, key->val.string.len))
 			return (int) i;
 	return -1;
 }
@@ -380,14 +394,18 @@ encode_union(avro_schema_t schema, JsonbValue *v, Walk *w)
 	int			start = w->out->len;
 	int			len = w->path.len;
 	JsonbValue	inner;
-	int			wrapped = wrapped_branch(schema, v, &inner);
-
+	JsonbValue	key;
+	int			wrapped = wrapped_branch(schema, v, &inner, &key);
 	int			not_null = -1;
 
 	if (wrapped >= 0)
 	{
 		write_long(w->out, wrapped);
-		return encode(avro_schema_union_branch(schema, wrapped), &inner, w);
+		push_key(w, key.val.string.val, key.val.string.len);
+		if (!encode(avro_schema_union_branch(schema, wrapped), &inner, w))
+			return false;
+		pop(w, len);
+		return true;
 	}
 	/* a value for the one branch but null: its own fault says most */
 	for (int i = 0; i < size && v->type != jbvNull; i++)
@@ -414,8 +432,7 @@ static bool
 encode(avro_schema_t schema, JsonbValue *v, Walk *w)
 {
 	check_stack_depth();
-	if (is_avro_link(schema))
-		schema = avro_schema_link_target(schema);
+	schema = resolved(schema);
 	switch (avro_typeof(schema))
 	{
 		case AVRO_NULL:

@@ -69,8 +69,8 @@ struct Check
 	int			min_items,
 				max_items;		/* -1: none */
 	int			n_enum;
-	Jsonb	  **enum_values;
-	Jsonb	   *constant;
+	JsonbValue *enum_values;	/* into the schema's jsonb, which the entry keeps */
+	JsonbValue *constant;
 	Numeric		minimum,
 				maximum,
 				exclusive_minimum,
@@ -254,9 +254,9 @@ compile_enum(Compiler *c, Check *n, JsonbValue *v, const char *where)
 		fail(c, where, "\"enum\" must be a non-empty array");
 		return;
 	}
-	n->enum_values = palloc(sizeof(Jsonb *) * list_length(values));
+	n->enum_values = palloc(sizeof(JsonbValue) * list_length(values));
 	foreach(cell, values)
-		n->enum_values[n->n_enum++] = JsonbValueToJsonb(lfirst(cell));
+		n->enum_values[n->n_enum++] = *(JsonbValue *) lfirst(cell);
 }
 
 static Numeric
@@ -343,7 +343,7 @@ compile_keyword(Compiler *c, Check *n, const char *k, JsonbValue *v, const char 
 	else if (strcmp(k, "enum") == 0)
 		compile_enum(c, n, v, where);
 	else if (strcmp(k, "const") == 0)
-		n->constant = JsonbValueToJsonb(v);
+		n->constant = memcpy(palloc(sizeof(JsonbValue)), v, sizeof(JsonbValue));
 	else if (strcmp(k, "minimum") == 0)
 		n->minimum = number_of(c, v, where, k);
 	else if (strcmp(k, "maximum") == 0)
@@ -577,12 +577,26 @@ fits_type(const Check *n, JsonbValue *v, Walk *w)
 							  outbox_json_type_name(v), wanted_types(n->types)));
 }
 
+/* JSON equality: 1 equals 1.0; objects whatever their keys' order */
 static bool
-equals(Jsonb *expected, JsonbValue *v)
+equals(const JsonbValue *expected, const JsonbValue *v)
 {
-	Jsonb	   *value = JsonbValueToJsonb(v);
-
-	return compareJsonbContainers(&expected->root, &value->root) == 0;
+	if (expected->type != v->type)
+		return false;
+	switch (v->type)
+	{
+		case jbvNull:
+			return true;
+		case jbvBool:
+			return expected->val.boolean == v->val.boolean;
+		case jbvString:
+			return expected->val.string.len == v->val.string.len &&
+				memcmp(expected->val.string.val, v->val.string.val, v->val.string.len) == 0;
+		case jbvNumeric:
+			return compare(expected->val.numeric, v->val.numeric) == 0;
+		default:
+			return compareJsonbContainers(expected->val.binary.data, v->val.binary.data) == 0;
+	}
 }
 
 static bool
@@ -593,7 +607,7 @@ fits_values(const Check *n, JsonbValue *v, Walk *w)
 	if (n->constant && !equals(n->constant, v))
 		return refuse(w, "is not the schema's const");
 	for (int i = 0; i < n->n_enum && !found; i++)
-		found = equals(n->enum_values[i], v);
+		found = equals(&n->enum_values[i], v);
 	if (n->n_enum > 0 && !found)
 		return refuse(w, "is none of the schema's enum values");
 	return true;

@@ -6,7 +6,6 @@
  */
 #include "schema/schema_cache.h"
 
-#include "common/hashfn.h"
 #include "utils/memutils.h"
 
 static void
@@ -24,7 +23,7 @@ empty(SchemaCache *cache)
 }
 
 static SchemaCacheEntry *
-compile(SchemaCache *cache, const char *text, uint32 hash)
+compile(SchemaCache *cache, const char *text, size_t len)
 {
 	SchemaCacheEntry *entry;
 	MemoryContext context;
@@ -50,7 +49,7 @@ compile(SchemaCache *cache, const char *text, uint32 hash)
 	}
 	PG_END_TRY();
 	entry = &cache->entries[cache->used++];
-	entry->hash = hash;
+	entry->len = len;
 	entry->text = pstrdup(text);
 	entry->compiled = compiled;
 	entry->error = error;
@@ -59,18 +58,18 @@ compile(SchemaCache *cache, const char *text, uint32 hash)
 	return entry;
 }
 
+/* found by length and bytes: cheaper than hashing the text at every call */
 void *
 outbox_schema_cache_get(SchemaCache *cache, const char *text, char **error)
 {
 	size_t		len = strlen(text);
-	uint32		hash = hash_bytes((const unsigned char *) text, (int) len);
 	SchemaCacheEntry *entry = NULL;
 
 	for (int i = 0; i < cache->used && entry == NULL; i++)
-		if (cache->entries[i].hash == hash && strcmp(cache->entries[i].text, text) == 0)
+		if (cache->entries[i].len == len && memcmp(cache->entries[i].text, text, len) == 0)
 			entry = &cache->entries[i];
 	if (entry == NULL)
-		entry = compile(cache, text, hash);
+		entry = compile(cache, text, len);
 	if (entry->compiled == NULL)
 		*error = pstrdup(entry->error ? entry->error : "the schema does not compile");
 	return entry->compiled;

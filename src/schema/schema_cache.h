@@ -22,7 +22,7 @@ typedef void (*SchemaReleaseFn) (void *compiled);
 
 typedef struct SchemaCacheEntry
 {
-	uint32		hash;
+	size_t		len;
 	char	   *text;
 	void	   *compiled;		/* NULL: the text did not compile */
 	char	   *error;

@@ -143,6 +143,10 @@ SELECT sr.outbox_send('payments', '{"id": 1, "amount": 2, "cents": 1, "rate": 1,
 SELECT sr.outbox_send('payments', '{"amount": 2, "cents": 1, "rate": 1, "ok": false, "status": "PAID", "tags": [], "attrs": {}, "ref": "ab", "raw": "", "day": 0}'::jsonb);
 SELECT sr.outbox_send('payments', '{"id": 1, "amount": 2, "cents": 1, "rate": 1, "ok": false, "status": "PAID", "tags": [], "attrs": {}, "ref": "ab", "raw": "", "day": 0, "extra": 1}'::jsonb);
 SELECT sr.outbox_send('payments', '"x"'::jsonb);
+-- a recursive record (a link in libavro), its union branch named or not
+SELECT sr.outbox_topic_schema('chain', 'avro', schema => '{"type": "record", "name": "Node", "fields": [{"name": "v", "type": "int"}, {"name": "next", "type": ["null", "Node"]}]}');
+SELECT sr.outbox_send('chain', '{"v": 1, "next": {"Node": {"v": 2, "next": {"v": 3}}}}'::jsonb) > 0 AS sent;
+SELECT sr.outbox_send('chain', '{"v": 1, "next": {"Node": {"v": 2, "next": {"v": "3"}}}}'::jsonb);
 SELECT sent();
 
 --
