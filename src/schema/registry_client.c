@@ -14,6 +14,7 @@
  * registry's own message is all of its answer that is quoted.
  */
 #include "schema/registry_client.h"
+#include "schema/json_value.h"
 #include "secrets_file.h"
 #include "stop.h"
 
@@ -265,27 +266,13 @@ set_options(const char *url, const char *path, const char *body, Answer *answer,
 	return headers;
 }
 
-/*
- * The answer as jsonb, or NULL if it is not JSON. PostgreSQL's parser
- * raises an error on bad input; nothing is held while it runs.
- */
+/* The answer as a jsonb object, or NULL if it is not one. */
 static Jsonb *
 parse_answer(const char *text)
 {
-	MemoryContext context = CurrentMemoryContext;
-	Jsonb	   *volatile result = NULL;
+	char	   *error = NULL;
+	Jsonb	   *result = outbox_json_parse(text, strlen(text), &error);
 
-	PG_TRY();
-	{
-		result = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(context);
-		FlushErrorState();
-		result = NULL;
-	}
-	PG_END_TRY();
 	if (result != NULL && !JB_ROOT_IS_OBJECT(result))
 		return NULL;
 	return result;
