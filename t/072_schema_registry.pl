@@ -19,7 +19,7 @@ use OutboxTest;
 use HTTP::Tiny;
 use IPC::Run;
 use JSON::PP ();
-use MIME::Base64 ();
+use Time::HiRes ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -374,6 +374,27 @@ IPC::Run::run([ 'protoc', "--proto_path=$root/proto", '--decode=outbox.v1.Event'
 like($text, qr/topic: "sr_env"/, '... then the envelope, which protoc decodes with proto/outbox.proto');
 like($text, qr/payload: "\\010\\001"/, '... holding the payload');
 reload_with($node, "outbox.message_format = 'payload'");
+
+# ---- a stuck registry does not hold a stopping worker --------------------------
+control($stub, 'POST', '/slow', { ms => 60000 });
+control($stub, 'DELETE', '/requests');
+reload_with($node, 'outbox.schema_registry_timeout = 60s');
+sql(q{SELECT outbox_topic_schema('sr_slow', 'json_schema', schema => '{"type":"object","title":"slow"}')});
+ok(wait_until(20, sub { @{ control($stub, 'GET', '/requests') } > 0 }),
+	'the worker is in a call the registry answers in 60 s');
+my $pid = sql('SELECT pid FROM outbox_status');
+# the call in progress stays 60 s long; the next worker's are not
+control($stub, 'POST', '/slow', { ms => 0 });
+reload_with($node, 'outbox.schema_registry_timeout = 2s');
+my $t0 = Time::HiRes::time();
+sql("SELECT pg_terminate_backend($pid)");
+ok(wait_until(20, sub { sql("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0' }),
+	'SIGTERM: the worker exits');
+my $stop_s = Time::HiRes::time() - $t0;
+cmp_ok($stop_s, '<', 10, 'within 10 s of a 60 s call (took ' . sprintf('%.1f', $stop_s) . ' s)');
+ok(wait_resolved('sr_slow'), 'the next worker resolves the row')
+  or diag(sql('SELECT topic, part, lookup, resolved_at, last_error FROM outbox_topic_schema'),
+	JSON::PP::encode_json(control($stub, 'GET', '/requests')));
 
 # ---- bad settings are refused at reload, the value kept ---------------------
 my $offset = -s $node->logfile;
