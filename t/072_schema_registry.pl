@@ -104,7 +104,8 @@ sub hex_of { return unpack('H*', $_[0] // '') }
 # ---- set-up -------------------------------------------------------------
 my $stub = start_stub();
 my @topics = qw(sr_json sr_key sr_fixed sr_proto sr_nested sr_avro sr_evolve sr_latest
-  sr_down sr_other sr_auth sr_token sr_failover sr_tls sr_env);
+  sr_down sr_other sr_auth sr_token sr_failover sr_tls sr_env
+  sr_drain_plain sr_drain_json sr_drain_avro);
 my $broker = start_broker(topics => [ map { "$_:1" } @topics ]);
 our $node = new_outbox_node('sr', $broker, message_format => 'payload', conf => qq{
 outbox.schema_registry_url = '$stub->{url}'
@@ -407,6 +408,33 @@ reload_with($node, "outbox.schema_registry_secrets_file = '$secrets'");
 ok(wait_until(10, sub { log_since($node, $offset) =~ /invalid value for parameter "outbox.schema_registry_secrets_file".*\n.*group or world access/s }),
 	'a secrets file others may read is refused');
 is(sql('SHOW outbox.schema_registry_url'), $stub->{url}, 'the URL kept its value');
+
+# ---- the cost: a drain framed against one unframed, same run -----------------
+# FIGURES line only (the machine is shared): 100,000 events of one topic,
+# sent while delivery is paused, then timed from the resume to an empty
+# outbox; a plain topic, json_schema, avro.
+sql(qq{SELECT outbox_topic_schema('sr_drain_json', 'json_schema', schema => '{"type":"object"}')});
+sql(qq{SELECT outbox_topic_schema('sr_drain_avro', 'avro', schema => '$avro_v1')});
+ok(wait_resolved('sr_drain_json') && wait_resolved('sr_drain_avro'), 'the drain topics resolved');
+my %drain;
+for my $round (1 .. 2)
+{
+	for my $topic (qw(sr_drain_plain sr_drain_json sr_drain_avro))
+	{
+		ok(pause_delivery($node, 1), "$topic: paused");
+		sql(qq{SELECT outbox_send('$topic', ('{"n": ' || i || ', "s": "event ' || i || '"}')::jsonb, 'k' || (i % 64))
+			FROM generate_series(1, 100000) i});
+		is(sql('SELECT count(*) FROM outbox'), '100000', "$topic: all held while paused");
+		my $t = Time::HiRes::time();
+		reload_with($node, 'outbox.enabled = on');
+		ok(wait_for_empty($node, 120), "$topic: drained");
+		push @{ $drain{$topic} }, Time::HiRes::time() - $t;
+	}
+}
+note(sprintf('FIGURES schema_drain 100000 events, seconds per round: plain=%s json_schema=%s avro=%s',
+	map { join('/', map { sprintf('%.2f', $_) } @{ $drain{$_} }) } qw(sr_drain_plain sr_drain_json sr_drain_avro)));
+diag(sprintf('FIGURES schema_drain 100000 events, seconds per round: plain=%s json_schema=%s avro=%s',
+	map { join('/', map { sprintf('%.2f', $_) } @{ $drain{$_} }) } qw(sr_drain_plain sr_drain_json sr_drain_avro)));
 
 is(sql('SELECT count(*) FROM outbox_dead_letter'), '0', 'no dead letter in the whole run');
 
