@@ -128,6 +128,15 @@ sub wait_resolved
 		  . " FROM outbox_topic_schema WHERE topic = '$topic'", 20);
 }
 
+# A json_schema registered from SQL for topic (a schema of its own), and one
+# event sent to it.
+sub registered_with_event
+{
+	my ($topic) = @_;
+	sql(qq{SELECT outbox_topic_schema('$topic', 'json_schema', schema => '{"type":"object","title":"$topic"}')});
+	sql(qq{SELECT outbox_send('$topic', '{"n": 1}'::jsonb)});
+}
+
 # ---- json_schema, registered from SQL -------------------------------------
 sql(q{SELECT outbox_topic_schema('sr_json', 'json_schema',
 	schema => '{"type":"object","properties":{"n":{"type":"integer"}}}')});
@@ -217,27 +226,33 @@ registry($stub, 'POST', '/subjects/sr_evolve-value/versions', { schemaType => 'A
 registry($stub, 'POST', '/subjects/sr_evolve-value/versions', { schemaType => 'AVRO', schema => $avro_v2 });
 sql(q{SELECT outbox_topic_schema('sr_evolve', 'avro', version => '1')});
 ok(wait_resolved('sr_evolve'), 'version 1 resolved');
-ok(pause_delivery($node, 1), 'delivery paused');
-my $evolved = sql(q{SELECT outbox_send('sr_evolve', '{"n": 1, "s": "x"}'::jsonb)});
-sql(q{SELECT outbox_topic_schema('sr_evolve', 'avro', version => '2')});
-reload_with($node, 'outbox.enabled = on');
-ok(wait_query($node, 'postgres', "SELECT attempts > 0 FROM outbox WHERE id = $evolved", 20),
-	'a payload that does not fit the schema at produce time counts attempts');
-like(sql("SELECT last_error FROM outbox WHERE id = $evolved"), qr/payload does not fit the avro schema \d+ of topic "sr_evolve"/,
-	'... and last_error says why');
-sql("DELETE FROM outbox WHERE id = $evolved");
+# An event sent (and checked) under one row, then the row replaced before
+# the worker produces it: the event's fault, attempts counted. Its last_error.
+sub refused_after_replace
+{
+	my ($send, $replace, $what) = @_;
+	ok(pause_delivery($node, 1), 'delivery paused');
+	my $id = sql($send);
+	sql($replace);
+	reload_with($node, 'outbox.enabled = on');
+	ok(wait_query($node, 'postgres', "SELECT attempts > 0 FROM outbox WHERE id = $id", 20),
+		"$what counts attempts");
+	my $error = sql("SELECT last_error FROM outbox WHERE id = $id");
+	sql("DELETE FROM outbox WHERE id = $id");
+	return $error;
+}
+
+like(refused_after_replace(q{SELECT outbox_send('sr_evolve', '{"n": 1, "s": "x"}'::jsonb)},
+	q{SELECT outbox_topic_schema('sr_evolve', 'avro', version => '2')},
+	'a payload that does not fit the schema at produce time'),
+	qr/payload does not fit the avro schema \d+ of topic "sr_evolve"/, '... and last_error says why');
 
 # ---- a subject's version that does not exist: the events' fault ---------
-ok(pause_delivery($node, 1), 'delivery paused');
-my $missing = sql(q{SELECT outbox_send('sr_latest', '{"n": 1}'::jsonb)});
-sql(q{SELECT outbox_topic_schema('sr_latest', 'json_schema', version => '7')});
-reload_with($node, 'outbox.enabled = on');
-ok(wait_query($node, 'postgres', "SELECT attempts > 0 FROM outbox WHERE id = $missing", 20),
-	'a version the registry does not have counts attempts');
-like(sql("SELECT last_error FROM outbox WHERE id = $missing"), qr/refused the value schema.*HTTP 404.*40402/,
-	'... and last_error says the registry refused it');
+like(refused_after_replace(q{SELECT outbox_send('sr_latest', '{"n": 1}'::jsonb)},
+	q{SELECT outbox_topic_schema('sr_latest', 'json_schema', version => '7')},
+	'a version the registry does not have'),
+	qr/refused the value schema.*HTTP 404.*40402/, '... and last_error says the registry refused it');
 like(row('sr_latest', 'last_error'), qr/HTTP 404/, 'the row\'s last_error says so too');
-sql("DELETE FROM outbox WHERE id = $missing");
 
 # ---- the registry down under load ------------------------------------------
 control($stub, 'POST', '/down');
@@ -295,8 +310,7 @@ write_secrets('password = wrong-pw-999');
 reload_with($node, "outbox.schema_registry_url = '$auth_stub->{url}'");
 reload_with($node, "outbox.schema_registry_user = 'reg-user'");
 reload_with($node, "outbox.schema_registry_secrets_file = '$secrets'");
-sql(q{SELECT outbox_topic_schema('sr_auth', 'json_schema', schema => '{"type":"object","title":"auth"}')});
-sql(q{SELECT outbox_send('sr_auth', '{"n": 1}'::jsonb)});
+registered_with_event('sr_auth');
 ok(wait_query($node, 'postgres',
 	"SELECT last_error LIKE '%HTTP 401%' FROM outbox_topic_schema WHERE topic = 'sr_auth'", 20),
 	'a wrong password: last_error says 401');
@@ -314,8 +328,7 @@ ok((grep { $_ eq 'basic:reg-user' } @auths), 'the registry saw basic auth as reg
 reload_with($node, "outbox.schema_registry_user = ''");
 write_secrets('token=tok-123456');
 control($auth_stub, 'DELETE', '/requests');
-sql(q{SELECT outbox_topic_schema('sr_token', 'json_schema', schema => '{"type":"object","title":"token"}')});
-sql(q{SELECT outbox_send('sr_token', '{"n": 1}'::jsonb)});
+registered_with_event('sr_token');
 ok(wait_for_empty($node, 30), 'a bearer token: delivered');
 @auths = map { $_->{auth} } @{ control($auth_stub, 'GET', '/requests') };
 ok(@auths && !(grep { $_ ne 'bearer' } @auths), 'every request carried the bearer token');
@@ -325,8 +338,7 @@ reload_with($node, "outbox.schema_registry_secrets_file = ''");
 my $second = start_stub();
 control($stub, 'POST', '/down');
 reload_with($node, "outbox.schema_registry_url = '$stub->{url}, $second->{url}'");
-sql(q{SELECT outbox_topic_schema('sr_failover', 'json_schema', schema => '{"type":"object","title":"fo"}')});
-sql(q{SELECT outbox_send('sr_failover', '{"n": 1}'::jsonb)});
+registered_with_event('sr_failover');
 ok(wait_for_empty($node, 30), 'the first URL down: delivered through the second');
 my $fo_id = registry($second, 'GET', '/subjects/sr_failover-value/versions/latest')->{id};
 is(unpack('x N', consume_raw($broker, 'sr_failover')->[0]{value}), $fo_id,
@@ -346,8 +358,7 @@ system('openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
 my $tls = start_stub('--cert', "$dir/cert.pem", '--key', "$dir/key.pem");
 like($tls->{url}, qr/^https:/, 'the TLS stub serves https');
 reload_with($node, "outbox.schema_registry_url = '$tls->{url}'");
-sql(q{SELECT outbox_topic_schema('sr_tls', 'json_schema', schema => '{"type":"object","title":"tls"}')});
-sql(q{SELECT outbox_send('sr_tls', '{"n": 1}'::jsonb)});
+registered_with_event('sr_tls');
 ok(wait_query($node, 'postgres',
 	"SELECT last_error ~ 'certificate|SSL' FROM outbox_topic_schema WHERE topic = 'sr_tls'", 20),
 	'without the CA file the certificate is refused (and the event waits)');
