@@ -15,7 +15,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DOCS = README.md
 
 # pg_regress's inputs are in test/ (sql/ holds what is installed)
-REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table
+REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table schema
 REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress --temp-config=test/regress.conf
 # `make installcheck` is pg_regress only, as packagers' tools expect
 # (pg_buildext installcheck); the TAP tests need the project's broker and
@@ -25,7 +25,7 @@ REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress --temp-config=t
 # a user's `make` does not fail on a warning a newer compiler invents.
 PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra $(if $(WERROR),-Werror) \
               -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = -lrdkafka -lprotobuf-c
+SHLIB_LINK = -lrdkafka -lprotobuf-c -lavro -lcurl
 
 EXTRA_CLEAN = sql/$(EXTENSION)--$(EXTVERSION).sql src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
 

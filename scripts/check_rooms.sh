@@ -9,12 +9,13 @@ cd "$(dirname "$0")/../src"
 
 # room: the rooms its files may include besides their own and the ground
 declare -A may=(
-  [entry]="shared send table kafka worker"
+  [entry]="shared schema send table kafka worker"
   [shared]=""
-  [table]="shared"
-  [kafka]="shared"
-  [send]="shared table kafka"
-  [worker]="shared table kafka"
+  [schema]="shared"
+  [table]="shared schema"
+  [kafka]="shared schema"
+  [send]="shared schema table kafka"
+  [worker]="shared schema table kafka"
 )
 
 room_of() {

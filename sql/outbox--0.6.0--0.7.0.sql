@@ -39,6 +39,27 @@ CREATE TABLE @extschema@.outbox_topic_schema (
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_topic_schema', '');
 REVOKE ALL ON TABLE @extschema@.outbox_topic_schema FROM PUBLIC;
 
+-- Every process caches the rows above and reads them again after a change
+-- commits: a plain UPDATE raises no invalidation of its own, this
+-- trigger does (also for logical replication's apply: ENABLE ALWAYS).
+CREATE FUNCTION @extschema@.outbox_topic_schema_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_topic_schema_changed'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_topic_schema_changed() FROM PUBLIC;
+CREATE TRIGGER outbox_topic_schema_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.outbox_topic_schema
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.outbox_topic_schema_changed();
+ALTER TABLE @extschema@.outbox_topic_schema ENABLE ALWAYS TRIGGER outbox_topic_schema_changed;
+
+-- Whether a schema text given in SQL is one outbox_send() can check
+-- (raises 22023 naming what it cannot).
+CREATE FUNCTION @extschema@.outbox_check_schema_text(format text, schema text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'outbox_check_schema_text'
+LANGUAGE C STABLE;
+REVOKE ALL ON FUNCTION @extschema@.outbox_check_schema_text(text, text) FROM PUBLIC;
+
 -- Sets (or replaces) a topic's schema. Exactly one of schema (registered
 -- under the subject), schema_id (fixed) and version (a number or 'latest'
 -- of the subject) says how the registry's schema is found. The subject
@@ -68,6 +89,7 @@ BEGIN
     how := CASE WHEN schema_id IS NOT NULL THEN 'id'
                 WHEN version IS NOT NULL THEN 'version'
                 ELSE 'register' END;
+    PERFORM @extschema@.outbox_check_schema_text(format, schema);
     IF subject_strategy NOT IN ('topic', 'record', 'topic_record') THEN
         RAISE EXCEPTION 'outbox_topic_schema: unknown subject_strategy "%"', subject_strategy
             USING ERRCODE = 'invalid_parameter_value',

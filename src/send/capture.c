@@ -897,11 +897,11 @@ outbox_capture(PG_FUNCTION_ARGS)
 	if (!(op == OP_UPDATE && trig.skip_unchanged && row_unchanged(&trig, before, after)))
 	{
 		payload = build_event(&trig, op, before, after, &key);
-		outbox_send_event(fcinfo, trig.topic, payload, OUTBOX_PAYLOAD_JSON,
+		outbox_send_event(fcinfo, trig.topic, payload, OUTBOX_PAYLOAD_JSON, NULL,
 						  key.data, key.len, false, trig.headers[op]);
 		/* a record with a null value after the delete: compaction drops the key */
 		if (op == OP_DELETE && trig.tombstone_on_delete)
-			outbox_send_event(fcinfo, trig.topic, NULL, OUTBOX_PAYLOAD_JSON,
+			outbox_send_event(fcinfo, trig.topic, NULL, OUTBOX_PAYLOAD_JSON, NULL,
 							  key.data, key.len, false, trig.headers[op]);
 	}
 

@@ -14,6 +14,7 @@
 #include "compat.h"
 #include "kafka/message.h"
 #include "send/executor_insert.h"
+#include "send/schema_check.h"
 #include "send/tracing.h"
 #include "settings.h"
 #include "shared/registry.h"
@@ -473,7 +474,7 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 
 int64
 outbox_send_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_type,
-				  const char *key, int keylen, bool key_isnull, Jsonb *headers)
+				  Jsonb *json, const char *key, int keylen, bool key_isnull, Jsonb *headers)
 {
 	Size		header_bytes = 0;
 
@@ -489,6 +490,7 @@ outbox_send_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char pay
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("outbox payload must not be NULL"),
 				 errhint("A NULL payload is a tombstone, which needs a key.")));
+	outbox_check_schemas(topic, payload, payload_type, json, key, keylen, key_isnull);
 	headers = outbox_add_trace_context(headers);
 	if (headers != NULL)
 		header_bytes = check_headers(headers);
@@ -513,8 +515,8 @@ bytes_to_bytea(const char *data, Size len)
 #define ARG_JSONB_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : PG_GETARG_JSONB_P(n))
 
 /* The key of the text and jsonb variants; the bytea variant's is bytea. */
-#define SEND_WITH_KEY(payload, type, key) \
-	outbox_send_event(fcinfo, ARG_TEXT_OR_NULL(0), (payload), (type), \
+#define SEND_WITH_KEY(payload, type, json, key) \
+	outbox_send_event(fcinfo, ARG_TEXT_OR_NULL(0), (payload), (type), (json), \
 					  (key) ? VARDATA_ANY(key) : NULL, (key) ? VARSIZE_ANY_EXHDR(key) : 0, \
 					  (key) == NULL, ARG_JSONB_OR_NULL(3))
 
@@ -523,15 +525,17 @@ outbox_send_jsonb(PG_FUNCTION_ARGS)
 {
 	text	   *key = ARG_TEXT_OR_NULL(2);
 	bytea	   *payload = NULL;
+	Jsonb	   *json = NULL;
 
 	if (!PG_ARGISNULL(1))
 	{
-		Jsonb	   *json = PG_GETARG_JSONB_P(1);
-		char	   *text = JsonbToCString(NULL, &json->root, VARSIZE(json));
+		char	   *text;
 
+		json = PG_GETARG_JSONB_P(1);
+		text = JsonbToCString(NULL, &json->root, VARSIZE(json));
 		payload = bytes_to_bytea(text, strlen(text));
 	}
-	PG_RETURN_INT64(SEND_WITH_KEY(payload, OUTBOX_PAYLOAD_JSON, key));
+	PG_RETURN_INT64(SEND_WITH_KEY(payload, OUTBOX_PAYLOAD_JSON, json, key));
 }
 
 Datum
@@ -540,7 +544,7 @@ outbox_send_text(PG_FUNCTION_ARGS)
 	text	   *key = ARG_TEXT_OR_NULL(2);
 
 	/* text and bytea share one representation: store it as it came */
-	PG_RETURN_INT64(SEND_WITH_KEY((bytea *) ARG_TEXT_OR_NULL(1), OUTBOX_PAYLOAD_TEXT, key));
+	PG_RETURN_INT64(SEND_WITH_KEY((bytea *) ARG_TEXT_OR_NULL(1), OUTBOX_PAYLOAD_TEXT, NULL, key));
 }
 
 Datum
@@ -549,7 +553,7 @@ outbox_send_bytea(PG_FUNCTION_ARGS)
 	bytea	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_BYTEA_PP(2);
 
 	PG_RETURN_INT64(SEND_WITH_KEY(PG_ARGISNULL(1) ? NULL : PG_GETARG_BYTEA_PP(1),
-								  OUTBOX_PAYLOAD_BYTES, key));
+								  OUTBOX_PAYLOAD_BYTES, NULL, key));
 }
 
 /* The shard an event belongs to under the current outbox.shards. */

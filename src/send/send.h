@@ -15,10 +15,11 @@
 /*
  * Stores one event. fcinfo is the calling SQL function's: the outbox of its
  * schema is used. payload may be NULL only with a key (a tombstone);
- * headers may be NULL.
+ * json is the payload as jsonb when the caller has it (for the schema
+ * check), else NULL; headers may be NULL.
  */
 extern int64 outbox_send_event(FunctionCallInfo fcinfo, text *topic,
-							   bytea *payload, char payload_type,
+							   bytea *payload, char payload_type, Jsonb *json,
 							   const char *key, int keylen, bool key_isnull,
 							   Jsonb *headers);
 
