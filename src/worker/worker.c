@@ -946,12 +946,12 @@ read_and_produce(WorkerState *st)
 		return;
 	}
 	outbox_async_commits_flushed(batch->async_commits_ended);
-	/* the schemas of every event committed before the read */
-	outbox_schemas_refresh();
-	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
 	st->delivery->begin(st->producer);
 	/* in the window before the first message: an error halfway keeps it */
 	outbox_window_add(st->window, batch);
+	/* the topics' schemas as of after the read: a row set before an event */
+	outbox_schemas_refresh();
+	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
 	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
 	st->delivery->produced(st->producer, batch);
