@@ -238,6 +238,8 @@ ok(wait_query($node, 'postgres', "SELECT count(*) = 0 FROM outbox WHERE topic = 
 	'another topic flows while the registry is down');
 ok(wait_query($node, 'postgres', "SELECT state = 'waiting_for_registry' FROM outbox_status", 30),
 	'outbox_status.state says waiting_for_registry');
+note('outbox_status in the outage: ', sql(q{SELECT state, pending, failed_attempts, dead_lettered, last_error FROM outbox_status}));
+note('its row: ', sql(q{SELECT topic, lookup, schema_id, resolved_at, last_error FROM outbox_topic_schema WHERE topic = 'sr_down'}));
 like(sql('SELECT last_error FROM outbox_status'), qr/waiting for the Schema Registry.*sr_down/,
 	'outbox_status.last_error names the registry and the topic');
 like(row('sr_down', 'last_error'), qr/\Q$stub_url\E/, 'the row\'s last_error names the URL');
