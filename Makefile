@@ -25,7 +25,7 @@ REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress --temp-config=t
 # a user's `make` does not fail on a warning a newer compiler invents.
 PG_CPPFLAGS = -Isrc -DOUTBOX_VERSION=\"$(EXTVERSION)\" -Wall -Wextra $(if $(WERROR),-Werror) \
               -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = -lrdkafka -lprotobuf-c -lavro
+SHLIB_LINK = -lrdkafka -lprotobuf-c -lavro -lcurl
 
 EXTRA_CLEAN = sql/$(EXTENSION)--$(EXTVERSION).sql src/kafka/outbox.pb-c.c src/kafka/outbox.pb-c.h tools/outbox-broker tmp_check_regress tmp_check
 

@@ -10,9 +10,11 @@ RUN_USER=postgres
 # the build's packages, then the tests': protoc decodes the envelope, kcat
 # reads Kafka, IPC::Run runs the TAP tests, pg_repack is t/031's, pip
 # fetches the librdkafka t/104 runs SCRAM on (ensure_newer_librdkafka),
-# skopeo reads the CloudNativePG image (scripts/image_test.sh)
+# skopeo reads the CloudNativePG image (scripts/image_test.sh), a Python
+# venv holds the Confluent deserializers and curl talks to the registries
+# (tools/registry)
 PACKAGES="$(build_packages "$PG_MAJOR") protobuf-compiler kcat libipc-run-perl
-postgresql-$PG_MAJOR-repack python3-pip skopeo"
+postgresql-$PG_MAJOR-repack python3-pip skopeo python3-venv curl"
 
 # Downloads live outside the tree, so a second run is offline: the real
 # Kafka cluster's jars (tools/kafka/pom.xml) and Maven's own repository.
@@ -20,6 +22,8 @@ CACHE=${OUTBOX_CACHE:-/var/cache/pg_outbox}
 export OUTBOX_KAFKA_LIBS=$CACHE/kafka/libs
 export OUTBOX_DEBEZIUM_LIBS=$CACHE/debezium/libs
 export OUTBOX_XA_LIBS=$CACHE/xa/libs
+export OUTBOX_REGISTRY_APP=$CACHE/registry/apicurio
+export OUTBOX_REGISTRY_VENV=$CACHE/registry/venv
 
 # each line says the seconds since the script started, so that a long
 # run's log shows where its time went
@@ -119,6 +123,28 @@ open(sys.argv[2], "wb").write(z.read(lib))' "$wheel" "$dir.new/librdkafka.so.1"
     chmod -R a+rX "$dir.new" && rm -rf "$dir" && mv "$dir.new" "$dir"
   fi
   export OUTBOX_TEST_LIBRDKAFKA=$dir
+}
+
+# The Schema Registry tests' tools (tools/registry/README.md): Apicurio
+# Registry, unpacked from Maven Central, and a venv of the Confluent
+# deserializers, from wheels pip fetches once into $CACHE/pypi (other
+# tools' wheels may lie there too) and installs offline; again only when
+# tools/registry/requirements.txt changed. Apicurio needs Java 21 or
+# later, which Debian 12 lacks: t/SchemaRegistry.pm finds a Temurin JDK.
+ensure_registry_tools() {
+  ensure_pinned_jars registry "$OUTBOX_REGISTRY_APP"
+  local req=$ROOT/tools/registry/requirements.txt venv=$OUTBOX_REGISTRY_VENV sum
+  sum=$(sha256sum "$req" | cut -d' ' -f1)
+  [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" = "$sum" ] && return 0
+  log "installing tools/registry/requirements.txt into $venv"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install -q --no-index --find-links "$CACHE/pypi" -r "$req" 2>/dev/null; then
+    "$venv/bin/pip" download -q --only-binary=:all: -d "$CACHE/pypi" -r "$req"
+    "$venv/bin/pip" install -q --no-index --find-links "$CACHE/pypi" -r "$req"
+  fi
+  echo "$sum" > "$venv/.requirements.sha256"
+  chmod -R a+rX "$CACHE/registry" "$CACHE/pypi"
 }
 
 # A temporary directory owned by the unprivileged user, removed on exit

@@ -86,6 +86,7 @@ ensure_js_packages
 ensure_kafka_jars
 ensure_xa_jars
 ensure_newer_librdkafka
+ensure_registry_tools
 make_workdir
 # a test killed hard cannot stop its brokers: whatever still runs from the
 # copy of the tree is stopped with it

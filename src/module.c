@@ -11,6 +11,7 @@
  */
 #include "compat.h"
 #include "kafka/conf.h"
+#include "schema/registry_client.h"
 #include "send/database_hooks.h"
 #include "send/send.h"
 #include "send/tracing.h"
@@ -129,6 +130,7 @@ _PG_init(void)
 	/* the rooms' settings first: outbox_define_settings() reserves the prefix */
 	outbox_define_tracing_settings();
 	outbox_define_kafka_settings();
+	outbox_define_registry_settings();
 	outbox_define_settings();
 	outbox_install_send_callbacks();
 

@@ -14,17 +14,12 @@
  * into an error or the log: errors name the property, never its value.
  */
 #include "kafka/conf.h"
+#include "secrets_file.h"
 
 #include <ctype.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "miscadmin.h"
 #include "utils/guc.h"
-
-/* A secrets file is a few lines: anything bigger is not one. */
-#define KAFKA_CONFIG_FILE_MAX (1024 * 1024)
 
 OUTBOX_KAFKA_SETTINGS(OUTBOX_SETTING_VARIABLE_STRING, OUTBOX_SETTING_VARIABLE_INT,
 					  OUTBOX_SETTING_VARIABLE_BOOL, OUTBOX_SETTING_VARIABLE_ENUM)
@@ -159,115 +154,17 @@ apply_config(KafkaConf *kc, const char *config, char **error)
 	return true;
 }
 
-/*
- * Reads outbox.kafka_config_file: it holds secrets, so no one but the
- * server's user may have access to it, or, as PostgreSQL allows for
- * ssl_key_file, it is root's and its group may only read it (how
- * Kubernetes mounts a Secret for a pod's fsGroup, in CloudNativePG).
- * Returns NULL with *error set.
- */
-static char *
-read_secrets_file(const char *path, char **error)
+static bool
+apply_config_line(const char *name, const char *value, void *arg, char **error)
 {
-	struct stat st;
-	char	   *contents;
-	ssize_t		got;
-	int			fd;
-
-	if (!is_absolute_path(path))
-	{
-		*error = psprintf("\"%s\" is not an absolute path", path);
-		return NULL;
-	}
-	fd = open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-	{
-		*error = psprintf("could not open file \"%s\": %m", path);
-		return NULL;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > KAFKA_CONFIG_FILE_MAX)
-	{
-		*error = psprintf("\"%s\" is not a regular file of at most %d bytes", path,
-						  KAFKA_CONFIG_FILE_MAX);
-		close(fd);
-		return NULL;
-	}
-	if ((st.st_mode & S_IRWXO) != 0 ||
-		(st.st_mode & (st.st_uid == 0 ? S_IWGRP | S_IXGRP : S_IRWXG)) != 0)
-	{
-		*error = psprintf("file \"%s\" has group or world access; it must be accessible only by the server's user (chmod 0600), or be root's and only readable by its group (chmod 0440)",
-						  path);
-		close(fd);
-		return NULL;
-	}
-	contents = palloc(st.st_size + 1);
-	got = read(fd, contents, st.st_size);
-	close(fd);
-	if (got != st.st_size)
-	{
-		*error = psprintf("could not read file \"%s\"", path);
-		pfree(contents);
-		return NULL;
-	}
-	contents[got] = '\0';
-	return contents;
+	return apply_property((KafkaConf *) arg, name, value, error);
 }
 
-/*
- * Applies outbox.kafka_config_file's "name=value" lines (blank lines and
- * lines starting with # are skipped; the value runs to the end of its line,
- * without escapes).
- */
+/* Applies outbox.kafka_config_file's "name=value" lines (secrets_file.h). */
 static bool
 apply_config_file(KafkaConf *kc, const char *path, char **error)
 {
-	char	   *contents;
-	char	   *line;
-	int			lineno = 0;
-
-	if (path == NULL || path[0] == '\0')
-		return true;
-	contents = read_secrets_file(path, error);
-	if (contents == NULL)
-		return false;
-	for (line = contents; line != NULL && *line != '\0';)
-	{
-		char	   *next = strchr(line, '\n');
-		char	   *name = line;
-		char	   *eq;
-		char	   *value;
-		char	   *line_error = NULL;
-
-		lineno++;
-		if (next != NULL)
-			*next++ = '\0';
-		line = next;
-		if (name[0] != '\0' && name[strlen(name) - 1] == '\r')
-			name[strlen(name) - 1] = '\0';
-		while (isspace((unsigned char) *name))
-			name++;
-		if (*name == '\0' || *name == '#')
-			continue;
-		eq = strchr(name, '=');
-		if (eq == NULL || eq == name)
-		{
-			*error = psprintf("file \"%s\", line %d: not of the form name=value", path, lineno);
-			return false;
-		}
-		*eq = '\0';
-		for (char *end = eq - 1; end > name && isspace((unsigned char) *end); end--)
-			*end = '\0';
-		value = eq + 1;
-		while (*value == ' ' || *value == '\t')
-			value++;
-		if (!apply_property(kc, name, value, &line_error))
-		{
-			*error = psprintf("file \"%s\", line %d: %s", path, lineno, line_error);
-			return false;
-		}
-	}
-	pfree(contents);
-	return true;
+	return outbox_secrets_file_read(path, apply_config_line, kc, error);
 }
 
 /*

@@ -17,12 +17,21 @@
  * 'payload' and 'cloudevents' add content-type (unless the event has one);
  * 'cloudevents' is the CloudEvents Kafka binding in binary mode: the value
  * is the payload, the attributes are ce_ headers.
+ *
+ * A topic with a schema (outbox_topic_schema, resolved by the worker) has
+ * its value, or key, in Confluent's wire format (frame()), whatever the
+ * format: the body is the JSON text for json_schema, its Avro binary for
+ * avro, and for protobuf the payload's bytes (the format's envelope under
+ * 'envelope', registrable as proto/outbox.proto). Such a value gets no
+ * content-type: its deserializer reads the schema id.
  */
 #include "kafka/message.h"
 #include "kafka/envelope.h"
+#include "schema/avro_value.h"
 #include "settings.h"
 
 #include "lib/stringinfo.h"
+#include "port/pg_bswap.h"
 #include "utils/datetime.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -245,8 +254,113 @@ encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance)
 	event->payload = NULL;
 }
 
-void
-outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *record)
+/* A zig-zag varint, as Kafka's ByteUtils.writeVarint writes it. */
+static void
+append_varint(StringInfo buf, int32 n)
+{
+	uint32		v = ((uint32) n << 1) ^ (uint32) (n >> 31);
+
+	while (v >= 0x80)
+	{
+		appendStringInfoChar(buf, (char) ((v & 0x7F) | 0x80));
+		v >>= 7;
+	}
+	appendStringInfoChar(buf, (char) v);
+}
+
+/*
+ * Confluent's wire format: the magic byte 0, the schema id (4 bytes, big
+ * endian), for Protobuf the message's path (a count, then the indexes;
+ * the first message, [0], as the single byte 0), then the body.
+ */
+static void
+append_prefix(StringInfo buf, const OutboxFraming *framing)
+{
+	uint32		id = pg_hton32((uint32) framing->schema_id);
+
+	appendStringInfoChar(buf, 0);
+	appendBinaryStringInfo(buf, (const char *) &id, sizeof(id));
+	if (framing->format == SCHEMA_FORMAT_PROTOBUF)
+	{
+		if (framing->nindexes == 1 && framing->indexes[0] == 0)
+			appendStringInfoChar(buf, 0);
+		else
+		{
+			append_varint(buf, framing->nindexes);
+			for (int i = 0; i < framing->nindexes; i++)
+				append_varint(buf, framing->indexes[i]);
+		}
+	}
+}
+
+/*
+ * The framed bytes of a value or key: the prefix, then the body, which
+ * Avro encodes from the JSON text with the schema the id names. False if
+ * the JSON does not fit that schema, with *error.
+ */
+static bool
+frame(const OutboxFraming *framing, const char *body, size_t len, const char **framed,
+	  size_t *framedlen, char **error)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	enlargeStringInfo(&buf, (int) len + 16);
+	append_prefix(&buf, framing);
+	if (framing->format == SCHEMA_FORMAT_AVRO)
+	{
+		if (!outbox_avro_encode(framing->schema_text, body, (int) len, &buf, error))
+		{
+			pfree(buf.data);
+			return false;
+		}
+	}
+	else
+		appendBinaryStringInfo(&buf, body, (int) len);
+	*framed = buf.data;
+	*framedlen = buf.len;
+	return true;
+}
+
+/* A payload or key its schema refuses: the event's fault, with the reason. */
+static bool
+refuse(OutboxEvent *event, const char *part, const OutboxFraming *framing, const char *error)
+{
+	event->outcome = EVENT_FAILED_PERMANENT;
+	event->error = psprintf("the %s does not fit the %s schema %d of topic \"%s\": %s", part,
+							outbox_schema_format_name(framing->format), framing->schema_id,
+							event->topic, error);
+	return false;
+}
+
+/* The framed value: its body by the schema's format, after the prefix. */
+static bool
+encode_framed(OutboxRecord *record, OutboxEvent *event, const char *instance,
+			  const MessageFormat *format, const OutboxFraming *framing)
+{
+	const char *framed;
+	char	   *error = NULL;
+
+	if (framing->format == SCHEMA_FORMAT_PROTOBUF && format->format == OUTBOX_FORMAT_ENVELOPE)
+	{
+		void	   *envelope;
+
+		format->encode(record, event, instance);
+		envelope = (void *) record->value;
+		frame(framing, envelope, record->valuelen, &framed, &record->valuelen, &error);
+		record->value = framed;
+		pfree(envelope);
+		return true;
+	}
+	if (!frame(framing, event->payload, event->payloadlen, &framed, &record->valuelen, &error))
+		return refuse(event, "payload", framing, error);
+	record->value = framed;
+	return true;
+}
+
+bool
+outbox_message_build(OutboxEvent *event, const char *instance, const OutboxFraming *value,
+					 const OutboxFraming *key, OutboxRecord *record)
 {
 	/*
 	 * A router's record (debezium.c) goes as it was built whatever the
@@ -257,9 +371,18 @@ outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *rec
 											  OUTBOX_FORMAT_PAYLOAD : outbox_message_format);
 	const char *type = content_type(event);
 
+	bool		framed = value != NULL && value->schema_id >= 0 && !event->payload_isnull;
+
 	record->topic = event->topic;
 	record->key = event->key_isnull ? NULL : event->key;
 	record->keylen = event->key_isnull ? 0 : (size_t) event->keylen;
+	if (key != NULL && key->schema_id >= 0 && !event->key_isnull)
+	{
+		char	   *error = NULL;
+
+		if (!frame(key, event->key, event->keylen, &record->key, &record->keylen, &error))
+			return refuse(event, "key", key, error);
+	}
 	record->timestamp_ms = outbox_unix_microseconds(event->created_at) / 1000;
 	record->partition = event->partition;
 	record->headers = palloc(sizeof(OutboxHeader) * (event->nheaders + MAX_ADDED_HEADERS));
@@ -268,7 +391,7 @@ outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *rec
 		add_header(record, event->header_names[i], event->header_values[i]);
 	add_header(record, OUTBOX_ID_HEADER, psprintf(INT64_FORMAT, event->id));
 	add_header(record, OUTBOX_INSTANCE_HEADER, instance);
-	if (format->content_type && type != NULL &&
+	if (format->content_type && type != NULL && !framed &&
 		!event->payload_isnull && header_value(event, "content-type") == NULL)
 		add_header(record, "content-type", type);
 	if (format->add_headers != NULL)
@@ -279,6 +402,9 @@ outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *rec
 		record->value = NULL;
 		record->valuelen = 0;
 	}
+	else if (framed)
+		return encode_framed(record, event, instance, format, value);
 	else
 		format->encode(record, event, instance);
+	return true;
 }

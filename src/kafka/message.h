@@ -6,6 +6,7 @@
 #define OUTBOX_MESSAGE_H
 
 #include "event.h"
+#include "schema/topic_schema.h"
 
 /* Kafka header that carries the event id on every message */
 #define OUTBOX_ID_HEADER "outbox-id"
@@ -36,6 +37,19 @@ typedef struct OutboxRecord
 	int32		partition;		/* the sender's choice; -1: the partitioner's */
 } OutboxRecord;
 
+/*
+ * How a record's value or key is framed for a Schema Registry's
+ * deserializers (Confluent's wire format), as the worker resolved it.
+ */
+typedef struct OutboxFraming
+{
+	int32		schema_id;		/* -1: sent as the format makes it */
+	SchemaFormat format;
+	int			nindexes;		/* protobuf: the message's path */
+	const int32 *indexes;
+	const char *schema_text;	/* avro: the schema of schema_id */
+} OutboxFraming;
+
 extern void outbox_message_init(const char *database);
 
 /*
@@ -52,9 +66,12 @@ extern const char *outbox_message_header_reserved(const char *name, int len);
 /*
  * Builds the record of an event, in the current memory context (the
  * batch's): librdkafka sends the value without a copy of its own, so it
- * must live until the event's delivery report was served.
+ * must live until the event's delivery report was served. The value and
+ * the key are framed as value and key say (NULL: neither is). False if
+ * the payload does not fit its schema: the event's outcome says so.
  */
-extern void outbox_message_build(OutboxEvent *event, const char *instance,
+extern bool outbox_message_build(OutboxEvent *event, const char *instance,
+								 const OutboxFraming *value, const OutboxFraming *key,
 								 OutboxRecord *record);
 
 #endif							/* OUTBOX_MESSAGE_H */

@@ -102,6 +102,7 @@ static const char *const state_names[] = {
 	[SHARD_IDLE] = "idle",
 	[SHARD_DELIVERING] = "delivering",
 	[SHARD_WAITING_FOR_KAFKA] = "waiting_for_kafka",
+	[SHARD_WAITING_FOR_REGISTRY] = "waiting_for_registry",
 	[SHARD_BACKING_OFF] = "backing_off",
 	[SHARD_PAUSED] = "paused",
 	[SHARD_RECOVERY] = "recovery",

@@ -21,6 +21,7 @@ typedef enum OutboxShardState
 	SHARD_IDLE,
 	SHARD_DELIVERING,
 	SHARD_WAITING_FOR_KAFKA,
+	SHARD_WAITING_FOR_REGISTRY,	/* topics whose schema is not resolved wait */
 	SHARD_BACKING_OFF,
 	SHARD_PAUSED,
 	SHARD_RECOVERY,

@@ -37,6 +37,7 @@
 #include "table/queue.h"
 #include "worker/delivery.h"
 #include "worker/lag_alert.h"
+#include "worker/schema_resolution.h"
 #include "worker/session.h"
 #include "worker/solo.h"
 #include "worker/window.h"
@@ -769,6 +770,8 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 	{
 		OutboxEvent *event = &batch->events[i];
 		OutboxRecord record;
+		OutboxFraming value;
+		OutboxFraming key;
 		bool		held = false;
 
 		for (int r = 0; r < nholding && !held; r++)
@@ -778,7 +781,14 @@ produce_batch(WorkerState *st, OutboxBatch *batch)
 		if (stops_for_solo(st, event))
 			break;
 
-		outbox_message_build(event, batch->instance, &record);
+		/* a topic whose schema is not resolved, or a payload it refuses */
+		if (!outbox_schemas_framing(event, &value, &key) ||
+			!outbox_message_build(event, batch->instance, &value, &key, &record))
+		{
+			holding[nholding++] = i;
+			outbox_window_refused(st->window, event);
+			continue;
+		}
 		switch (outbox_producer_produce(st->producer, event, &record))
 		{
 			case PRODUCED:
@@ -936,10 +946,12 @@ read_and_produce(WorkerState *st)
 		return;
 	}
 	outbox_async_commits_flushed(batch->async_commits_ended);
-	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
 	st->delivery->begin(st->producer);
 	/* in the window before the first message: an error halfway keeps it */
 	outbox_window_add(st->window, batch);
+	/* the topics' schemas as of after the read: a row set before an event */
+	outbox_schemas_refresh();
+	pgstat_report_activity(STATE_RUNNING, "outbox: producing");
 	old = MemoryContextSwitchTo(batch_context);
 	produce_batch(st, batch);
 	st->delivery->produced(st->producer, batch);
@@ -973,6 +985,8 @@ publish_state(WorkerState *st)
 	else if (backing_off(st) ||
 			 (st->no_producer && outbox_enabled && !RecoveryInProgress()))
 		state = SHARD_BACKING_OFF;
+	else if (outbox_enabled && outbox_schemas_waiting())
+		state = SHARD_WAITING_FOR_REGISTRY;
 	else if (!outbox_window_is_empty(st->window))
 		state = kafka_state(st, SHARD_DELIVERING);
 	else if (!outbox_enabled)
@@ -1081,6 +1095,9 @@ look_around(WorkerState *st)
 	/* a subscription's rows are the publisher's lag, which it alerts on */
 	if (st->held_by[0] == '\0')
 		look_at_lag(st);
+	/* rows set in SQL resolved before their events come, 'latest' refreshed */
+	if (outbox_enabled && !RecoveryInProgress())
+		outbox_schemas_refresh();
 }
 
 /*
