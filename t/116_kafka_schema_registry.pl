@@ -169,22 +169,26 @@ check_topic('json_schema with Apicurio', $json_load, 'sr_json', $apicurio, 'json
 check_topic('avro with Apicurio', $avro_load, 'sr_avro', $apicurio, 'avro', [$avro_id]);
 
 # ---- a payload that does not fit: refused in the sender's transaction --------
-my $outbox_before = sql('SELECT count(*) FROM outbox');
-my ($ret, $out, $err) = $node->psql('postgres', q{BEGIN;
-INSERT INTO sent VALUES (999, 1, 'bad', 'bad');
-SELECT outbox_send('sr_avro', '{"session": "one", "seq": 1, "value": "bad"}'::jsonb, 'bad');
+# The business row and the event in one transaction: the refusal (SQLSTATE
+# 22023, naming the topic) rolls back both, and nothing reaches the outbox.
+my $refusals = 0;
+sub refused
+{
+	my ($topic, $payload, $what) = @_;
+	my $outbox_before = sql('SELECT count(*) FROM outbox');
+	$refusals++;
+	my ($ret, $out, $err) = $node->psql('postgres', qq{BEGIN;
+INSERT INTO sent VALUES (999, $refusals, 'bad', 'bad');
+SELECT outbox_send('$topic', $payload);
 COMMIT;}, on_error_stop => 1, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-isnt($ret, 0, 'avro: a payload whose session is a string is refused');
-like($err, qr/ERROR:\s+22023: outbox value of topic "sr_avro" does not fit its/,
-	'... by outbox_send, with SQLSTATE 22023 and the topic');
-($ret, $out, $err) = $node->psql('postgres', q{BEGIN;
-INSERT INTO sent VALUES (999, 2, 'bad', 'bad');
-SELECT outbox_send('sr_json', '{"session": 1, "seq": 2}'::jsonb, 'bad');
-COMMIT;}, on_error_stop => 1, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err, qr/ERROR:\s+22023: outbox value of topic "sr_json" does not fit/,
-	'json_schema: a payload without a required property is refused');
-is(sql('SELECT count(*) FROM sent WHERE session = 999'), '0', 'the senders\' transactions rolled back');
-is(sql('SELECT count(*) FROM outbox'), $outbox_before, 'no event was stored');
+	isnt($ret, 0, "$what: refused");
+	like($err, qr/ERROR:\s+22023: outbox value of topic "$topic" does not fit its/,
+		"$what: by outbox_send, with SQLSTATE 22023 and the topic");
+	is(sql('SELECT count(*) FROM sent WHERE session = 999'), '0', "$what: the sender's transaction rolled back");
+	is(sql('SELECT count(*) FROM outbox'), $outbox_before, "$what: no event stored");
+}
+refused('sr_avro', q{'{"session": "one", "seq": 1, "value": "bad"}'::jsonb}, 'avro, a string for an int');
+refused('sr_json', q{'{"session": 1, "seq": 2}'::jsonb}, 'json_schema, a required property missing');
 
 # ---- Apicurio unreachable for 30 s under load --------------------------------
 # sr_down follows its subject's latest version (looked up again every
@@ -247,6 +251,7 @@ ok(wait_for_empty($node), 'protobuf: drained');
 my $protos = check_topic('protobuf with the stub', $proto_load, 'sr_proto', $stub, 'protobuf', [$proto_id]);
 is_deeply([ sort keys %{ { map { ($_->{message} => 1) } @$protos } } ], ['shop.Event'],
 	'the deserializer finds shop.Event (indexes [1]) for every record');
+refused('sr_proto', q{'\\x08ff'::bytea}, 'protobuf, a varint cut short');
 
 # ---- basic auth, then a bearer token, over TLS --------------------------------
 my $secure = start_stub_registry(dir => "$dir/secure", user => 'reg-user:pw-7c1d', token => 'tok-9f3e',
