@@ -232,19 +232,6 @@ encode_enum(avro_schema_t schema, JsonbValue *v, Walk *w)
 }
 
 static void
-push_key(Walk *w, const char *name, int len)
-{
-	bool		plain = len > 0;
-
-	for (int i = 0; i < len && plain; i++)
-		plain = isalnum((unsigned char) name[i]) || name[i] == '_';
-	if (plain)
-		appendStringInfo(&w->path, ".%.*s", len, name);
-	else
-		appendStringInfo(&w->path, "[\"%.*s\"]", len, name);
-}
-
-static void
 pop(Walk *w, int len)
 {
 	w->path.len = len;
@@ -284,7 +271,7 @@ encode_record(avro_schema_t schema, JsonbValue *v, Walk *w)
 		JsonbValue *value = getKeyJsonValueFromContainer(object, name, strlen(name), NULL);
 		JsonbValue	null = {.type = jbvNull};
 
-		push_key(w, name, strlen(name));
+		outbox_json_path_key(&w->path, name, strlen(name));
 		if (value == NULL && !nullable(field))
 			return refuse(w, "is missing, and its type does not allow null");
 		if (!encode(field, value ? value : &null, w))
@@ -302,7 +289,7 @@ encode_record(avro_schema_t schema, JsonbValue *v, Walk *w)
 		name = pnstrdup(element.val.string.val, element.val.string.len);
 		if (avro_schema_record_field_get_index(schema, name) < 0)
 		{
-			push_key(w, name, element.val.string.len);
+			outbox_json_path_key(&w->path, name, element.val.string.len);
 			return refuse(w, psprintf("is not a field of the record %s", avro_schema_name(schema)));
 		}
 	}
@@ -334,11 +321,11 @@ encode_items(avro_schema_t schema, JsonbValue *v, Walk *w)
 		if (token == WJB_KEY)
 		{
 			write_bytes(w->out, element.val.string.val, element.val.string.len);
-			push_key(w, element.val.string.val, element.val.string.len);
+			outbox_json_path_key(&w->path, element.val.string.val, element.val.string.len);
 			continue;
 		}
 		if (token == WJB_ELEM)
-			appendStringInfo(&w->path, "[%d]", index++);
+			outbox_json_path_index(&w->path, index++);
 		if (token != WJB_VALUE && token != WJB_ELEM)
 			continue;
 		if (!encode(items, &element, w))
@@ -401,7 +388,7 @@ encode_union(avro_schema_t schema, JsonbValue *v, Walk *w)
 	if (wrapped >= 0)
 	{
 		write_long(w->out, wrapped);
-		push_key(w, key.val.string.val, key.val.string.len);
+		outbox_json_path_key(&w->path, key.val.string.val, key.val.string.len);
 		if (!encode(avro_schema_union_branch(schema, wrapped), &inner, w))
 			return false;
 		pop(w, len);

@@ -418,11 +418,11 @@ definition(Compiler *c, const char *ref)
 			   *b;
 	Check	   *n;
 
-	if (strcmp(ref, "#") == 0)
-		return linitial(c->defined_nodes);
 	forboth(a, c->defined, b, c->defined_nodes)
+	{
 		if (strcmp(lfirst(a), ref) == 0)
-		return lfirst(b);
+			return lfirst(b);
+	}
 	if (strncmp(ref, "#/definitions/", 14) == 0)
 		section = "definitions", name = ref + 14;
 	else if (strncmp(ref, "#/$defs/", 8) == 0)
@@ -525,8 +525,12 @@ compare(Numeric a, Numeric b)
 static bool
 is_integral(Numeric n)
 {
-	Datum		truncated = DirectFunctionCall2(numeric_trunc, NumericGetDatum(n), Int32GetDatum(0));
+	Datum		truncated;
 
+	/* no digits after the point: the common case, without a new numeric */
+	if (DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) == 0)
+		return true;
+	truncated = DirectFunctionCall2(numeric_trunc, NumericGetDatum(n), Int32GetDatum(0));
 	return compare(n, DatumGetNumeric(truncated)) == 0;
 }
 
@@ -614,20 +618,23 @@ fits_values(const Check *n, JsonbValue *v, Walk *w)
 }
 
 static bool
+refuse_number(Walk *w, Numeric x, const char *relation, const char *keyword, Numeric bound)
+{
+	return refuse(w, psprintf("is %s, %s the %s %s", numeric_normalize(x), relation, keyword,
+							  numeric_normalize(bound)));
+}
+
+static bool
 fits_number(const Check *n, Numeric x, Walk *w)
 {
-	const char *value = numeric_normalize(x);
-
 	if (n->minimum && compare(x, n->minimum) < 0)
-		return refuse(w, psprintf("is %s, below the minimum %s", value, numeric_normalize(n->minimum)));
+		return refuse_number(w, x, "below", "minimum", n->minimum);
 	if (n->maximum && compare(x, n->maximum) > 0)
-		return refuse(w, psprintf("is %s, above the maximum %s", value, numeric_normalize(n->maximum)));
+		return refuse_number(w, x, "above", "maximum", n->maximum);
 	if (n->exclusive_minimum && compare(x, n->exclusive_minimum) <= 0)
-		return refuse(w, psprintf("is %s, not above the exclusiveMinimum %s", value,
-								  numeric_normalize(n->exclusive_minimum)));
+		return refuse_number(w, x, "not above", "exclusiveMinimum", n->exclusive_minimum);
 	if (n->exclusive_maximum && compare(x, n->exclusive_maximum) >= 0)
-		return refuse(w, psprintf("is %s, not below the exclusiveMaximum %s", value,
-								  numeric_normalize(n->exclusive_maximum)));
+		return refuse_number(w, x, "not below", "exclusiveMaximum", n->exclusive_maximum);
 	return true;
 }
 
@@ -660,11 +667,9 @@ fits_at(const Check *n, JsonbValue *v, Walk *w, const char *name, int index)
 	int			len = w->path.len;
 
 	if (name == NULL)
-		appendStringInfo(&w->path, "[%d]", index);
-	else if (strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") == strlen(name) && *name)
-		appendStringInfo(&w->path, ".%s", name);
+		outbox_json_path_index(&w->path, index);
 	else
-		appendStringInfo(&w->path, "[\"%s\"]", name);
+		outbox_json_path_key(&w->path, name, strlen(name));
 	if (!fits(n, v, w))
 		return false;
 	w->path.len = len;
@@ -734,19 +739,25 @@ fits_array(const Check *n, JsonbValue *v, Walk *w)
 	return true;
 }
 
-/* how many of the list's schemas the value fits, the walk left as it was */
+/* whether the value fits, the walk left as it was */
+static bool
+fits_quietly(const Check *n, JsonbValue *v, Walk *w)
+{
+	int			len = w->path.len;
+	bool		fit = fits(n, v, w);
+
+	w->path.len = len;
+	w->path.data[len] = '\0';
+	return fit;
+}
+
 static int
 count_fits(const CheckList *list, JsonbValue *v, Walk *w)
 {
-	int			len = w->path.len;
 	int			count = 0;
 
 	for (int i = 0; i < list->n; i++)
-	{
-		count += fits(list->nodes[i], v, w);
-		w->path.len = len;
-		w->path.data[len] = '\0';
-	}
+		count += fits_quietly(list->nodes[i], v, w);
 	return count;
 }
 
@@ -763,7 +774,7 @@ fits_combined(const Check *n, JsonbValue *v, Walk *w)
 	if (n->one_of.n > 0 && (count = count_fits(&n->one_of, v, w)) != 1)
 		return refuse(w, psprintf("fits %d of the %d schemas of oneOf, not exactly one",
 								  count, n->one_of.n));
-	if (n->not && count_fits(&(CheckList) {1, (Check **) &n->not}, v, w) == 1)
+	if (n->not && fits_quietly(n->not, v, w))
 		return refuse(w, "fits the schema of not");
 	return true;
 }

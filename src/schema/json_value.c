@@ -39,6 +39,9 @@ outbox_json_parse(const char *text, int len, char **error)
 
 		MemoryContextSwitchTo(context);
 		data = CopyErrorData();
+		/* only the value's faults: out of memory, a cancel go on up */
+		if (ERRCODE_TO_CATEGORY(data->sqlerrcode) != ERRCODE_DATA_EXCEPTION)
+			PG_RE_THROW();
 		FlushErrorState();
 		*error = data->detail ? psprintf("%s: %s", data->message, data->detail) :
 			data->message;
@@ -59,6 +62,30 @@ outbox_json_root(Jsonb *json, JsonbValue *root)
 		root->val.binary.data = &json->root;
 		root->val.binary.len = VARSIZE(json) - VARHDRSZ;
 	}
+}
+
+/* appended piece by piece: a format string costs more than the check */
+void
+outbox_json_path_key(StringInfo path, const char *name, int len)
+{
+	bool		plain = len > 0;
+
+	for (int i = 0; i < len && plain; i++)
+		plain = isalnum((unsigned char) name[i]) || name[i] == '_';
+	appendStringInfoString(path, plain ? "." : "[\"");
+	appendBinaryStringInfo(path, name, len);
+	if (!plain)
+		appendStringInfoString(path, "\"]");
+}
+
+void
+outbox_json_path_index(StringInfo path, int index)
+{
+	char		digits[12];
+
+	appendStringInfoChar(path, '[');
+	appendBinaryStringInfo(path, digits, pg_ltoa(index, digits));
+	appendStringInfoChar(path, ']');
 }
 
 const char *

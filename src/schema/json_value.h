@@ -9,6 +9,7 @@
 
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
 /*
@@ -19,6 +20,13 @@ extern Jsonb *outbox_json_parse(const char *text, int len, char **error);
 
 /* a jsonb container, or a scalar, as the JsonbValue the walkers take */
 extern void outbox_json_root(Jsonb *json, JsonbValue *root);
+
+/*
+ * A value's path as the schema room's errors give it: "$", then ".name"
+ * (a name of letters, digits and '_'), ["other name"] or [index].
+ */
+extern void outbox_json_path_key(StringInfo path, const char *name, int len);
+extern void outbox_json_path_index(StringInfo path, int index);
 
 /* "object", "array", "string", "number", "boolean" or "null" */
 extern const char *outbox_json_type_name(const JsonbValue *value);

@@ -28,7 +28,7 @@ typedef struct TopicSchema
 	bool		key;			/* the record's key, else its value */
 	SchemaFormat format;
 	char		lookup;			/* SCHEMA_LOOKUP_* */
-	const char *subject;		/* NULL with lookup by id */
+	const char *subject;		/* may be NULL with lookup by id */
 	const char *version;		/* a number or "latest"; NULL unless lookup by version */
 	int			n_indexes;
 	const int32 *message_indexes;	/* Protobuf's path to the message, {0} by default */
@@ -41,7 +41,7 @@ typedef struct TopicSchema
  * The schema of a topic's value (key false) or key, NULL if it has none.
  * Sees every change committed before the call (and the caller's own), with
  * no privilege on the table; reads the table again only after a change.
- * Valid until the next call.
+ * Call it in a transaction. Valid until the next call.
  */
 extern const TopicSchema *outbox_topic_schema_find(const char *topic, bool key);
 

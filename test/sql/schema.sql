@@ -97,7 +97,12 @@ SELECT sr.outbox_send('orders', '{"id": 1, "amount": 1, "code": null}'::jsonb);
 SELECT sr.outbox_send('orders', '{"id": 1, "amount": 1, "customer": "x"}'::jsonb);
 SELECT sr.outbox_send('orders', '[1]'::jsonb);
 SELECT sr.outbox_send('orders', '{"id": 1,'::text);
+SELECT sr.outbox_send('orders', '{"id": 1, "amount": 1, "note": "\u0000"}'::text);
 SELECT sr.outbox_send('orders', '\x7b7d'::bytea);
+-- $ref to the root: a tree of any depth
+SELECT sr.outbox_topic_schema('tree', 'json_schema', schema => '{"type": "object", "properties": {"child": {"$ref": "#"}}, "additionalProperties": false}');
+SELECT sr.outbox_send('tree', '{"child": {"child": {}}}'::jsonb) > 0 AS sent;
+SELECT sr.outbox_send('tree', '{"child": {"child": {"leaf": 1}}}'::jsonb);
 SELECT sent();
 
 --
