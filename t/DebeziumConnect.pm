@@ -1,0 +1,196 @@
+# DebeziumConnect: Kafka Connect standalone running Debezium's PostgreSQL
+# connector with its outbox EventRouter, for the tests that put pg_outbox
+# beside the real thing (t/120_debezium_compare.pl, t/121_debezium_migration.pl).
+# They run only with OUTBOX_TEST_DEBEZIUM=1, since they need the jars
+# tools/debezium/pom.xml pins (scripts/common.sh's ensure_debezium_jars):
+# CI's default run has no Debezium.
+#
+# One JVM runs every connector it is given (each with a slot of its own and
+# its own converters), so that several EventRouter configurations read the
+# same table at the cost of one JVM on a 2-core machine.
+package DebeziumConnect;
+
+use strict;
+use warnings;
+
+use HTTP::Tiny;
+use KafkaCluster ();
+use POSIX ();
+use Time::HiRes ();
+
+our $LIBS = $ENV{OUTBOX_DEBEZIUM_LIBS} // '/var/cache/pg_outbox/debezium/libs';
+use constant DEBEZIUM => '3.6.1.Final';
+
+my @JVM = ('-Xms256m', '-Xmx512m', '-XX:+UseG1GC', '-XX:+ExitOnOutOfMemoryError',
+	'-Djava.awt.headless=true');
+
+my @running;
+END { local $?; $_->stop for @running; }
+
+# Why a test skips: undef when it can run.
+sub skip_reason
+{
+	return 'set OUTBOX_TEST_DEBEZIUM=1 to run it (it needs Debezium\'s jars)'
+	  unless $ENV{OUTBOX_TEST_DEBEZIUM};
+	return "no Debezium jars in $LIBS (scripts/common.sh's ensure_debezium_jars fetches them)"
+	  unless -f "$LIBS/debezium-connector-postgres-" . DEBEZIUM . '.jar';
+	return undef;
+}
+
+# The properties of one connector reading public.$table of $node through
+# slot $slot and publication $publication (made by the caller), its
+# EventRouter set by %router (option => value, without the
+# "transforms.outbox." prefix), converters by %conv (key.converter...).
+sub connector
+{
+	my (%o) = @_;
+	my $node = $o{node};
+	return {
+		'name' => $o{name},
+		'connector.class' => 'io.debezium.connector.postgresql.PostgresConnector',
+		'tasks.max' => 1,
+		'database.hostname' => '127.0.0.1',
+		'database.port' => $node->port,
+		'database.user' => scalar(getpwuid($<)),
+		'database.password' => 'unused',
+		'database.dbname' => 'postgres',
+		'topic.prefix' => $o{name},
+		'plugin.name' => 'pgoutput',
+		'slot.name' => $o{slot},
+		'publication.name' => $o{publication},
+		'publication.autocreate.mode' => 'disabled',
+		'table.include.list' => "public.$o{table}",
+		'snapshot.mode' => 'no_data',
+		'tombstones.on.delete' => 'false',
+		'poll.interval.ms' => 50,
+		'transforms' => 'outbox',
+		'transforms.outbox.type' => 'io.debezium.transforms.outbox.EventRouter',
+		(map { ("transforms.outbox.$_" => $o{router}{$_}) } keys %{ $o{router} // {} }),
+		%{ $o{converters} // {} },
+	};
+}
+
+# start(dir => DIR, bootstrap => B, connectors => [connector(...), ...]):
+# returns once every connector's task runs; dies with the log's tail if
+# one fails or Connect exits.
+sub start
+{
+	my ($class, %o) = @_;
+	mkdir $o{dir};
+	my $self = bless { dir => $o{dir}, port => KafkaCluster::free_port(), log => "$o{dir}/connect.log",
+		names => [ map { $_->{name} } @{ $o{connectors} } ] }, $class;
+	_props("$o{dir}/worker.properties", {
+			'bootstrap.servers' => $o{bootstrap},
+			'key.converter' => 'org.apache.kafka.connect.json.JsonConverter',
+			'value.converter' => 'org.apache.kafka.connect.json.JsonConverter',
+			'offset.storage.file.filename' => "$o{dir}/offsets",
+			'offset.flush.interval.ms' => 1000,
+			'listeners' => "http://127.0.0.1:$self->{port}",
+			%{ $o{worker} // {} } });
+	my @files;
+	for my $c (@{ $o{connectors} })
+	{
+		push @files, "$o{dir}/$c->{name}.properties";
+		_props($files[-1], $c);
+	}
+	open my $fh, '>', "$o{dir}/log4j2.properties" or die $!;
+	print $fh "appender.file.type = File\nappender.file.name = file\nappender.file.fileName = $self->{log}\n"
+	  . "appender.file.layout.type = PatternLayout\nappender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+	  . "rootLogger.level = info\nrootLogger.appenderRef.file.ref = file\n";
+	close $fh;
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0)
+	{
+		open(STDIN, '<', '/dev/null');
+		open(STDOUT, '>>', "$o{dir}/connect.stdout");
+		open(STDERR, '>&', \*STDOUT);
+		exec('java', @JVM, "-Dlog4j2.configurationFile=$o{dir}/log4j2.properties", '-cp', "$LIBS/*",
+			'org.apache.kafka.connect.cli.ConnectStandalone', "$o{dir}/worker.properties", @files)
+		  or POSIX::_exit(127);
+	}
+	$self->{pid} = $pid;
+	push @running, $self;
+	$self->wait_running(240);
+	return $self;
+}
+
+# Waits until every task runs; dies on a failed task or an exited JVM.
+sub wait_running
+{
+	my ($self, $timeout) = @_;
+	my $deadline = Time::HiRes::time() + $timeout;
+	while (Time::HiRes::time() < $deadline)
+	{
+		if (waitpid($self->{pid}, POSIX::WNOHANG) == $self->{pid})
+		{
+			delete $self->{pid};
+			die "Kafka Connect exited:\n" . $self->tail_log;
+		}
+		my %state = map { $_ => $self->task_state($_) } @{ $self->{names} };
+		my @failed = grep { $state{$_} eq 'FAILED' } keys %state;
+		die "connector @failed failed:\n" . $self->tail_log if @failed;
+		return 1 unless grep { $state{$_} ne 'RUNNING' } keys %state;
+		Time::HiRes::sleep(0.5);
+	}
+	die "the connectors' tasks are not running after $timeout s:\n" . $self->tail_log;
+}
+
+# RUNNING, FAILED, PAUSED..., or '' before Connect answers.
+sub task_state
+{
+	my ($self, $name) = @_;
+	my ($state) = ($self->rest('GET', "/connectors/$name/status") // '') =~ /"tasks":\[\{[^]]*?"state":"(\w+)"/;
+	return $state // '';
+}
+
+# Connect's REST API: the body, undef unless it answered 2xx.
+sub rest
+{
+	my ($self, $method, $path) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->request($method, "http://127.0.0.1:$self->{port}$path");
+	return $r->{success} ? $r->{content} : undef;
+}
+
+# SIGTERM (Connect commits its offsets and stops its tasks), SIGKILL after 30 s.
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'TERM', $self->{pid};
+	for (1 .. 300)
+	{
+		last if waitpid($self->{pid}, POSIX::WNOHANG) == $self->{pid};
+		Time::HiRes::sleep(0.1);
+	}
+	if (kill 0, $self->{pid})
+	{
+		kill 'KILL', $self->{pid};
+		waitpid($self->{pid}, 0);
+	}
+	delete $self->{pid};
+}
+
+sub tail_log
+{
+	my ($self) = @_;
+	my $text = '';
+	for my $f ($self->{log}, "$self->{dir}/connect.stdout")
+	{
+		open my $fh, '<', $f or next;
+		local $/;
+		$text .= <$fh>;
+	}
+	my @l = split /\n/, $text;
+	return join("\n", @l[ ($#l > 40 ? $#l - 40 : 0) .. $#l ]) . "\n";
+}
+
+sub _props
+{
+	my ($file, $props) = @_;
+	open my $fh, '>', $file or die "$file: $!";
+	# a backslash escapes in a properties file (route.topic.regex has some)
+	print $fh "$_=" . ($props->{$_} =~ s/\\/\\\\/gr) . "\n" for sort keys %$props;
+	close $fh or die "$file: $!";
+}
+
+1;
