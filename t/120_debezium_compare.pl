@@ -90,6 +90,10 @@ sub router_options
 	return \%o;
 }
 
+# topic names of their own: a cluster shared between runs
+# (OUTBOX_TEST_KAFKA_BOOTSTRAP) keeps the topics of the last one
+$_->[0] .= $$ % 1000 for @SCENARIOS;
+
 my %topics;
 for my $sc (@SCENARIOS)
 {
@@ -98,10 +102,7 @@ for my $sc (@SCENARIOS)
 my @all_topics = map { ("${_}" =~ s/^([^.]+)\./$1_D./r, "${_}" =~ s/^([^.]+)\./$1_P./r) } sort keys %topics;
 
 my $kafka = start_real_kafka(topics => [ map { "$_:$PARTITIONS" } @all_topics ]);
-my $node = new_outbox_node('dbzcmp', $kafka, conf => "wal_level = logical\nlisten_addresses = '127.0.0.1'\n"
-	  . "max_replication_slots = 20\nmax_wal_senders = 20\n");
-$node->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n");
-$node->restart;
+my $node = DebeziumConnect::node('dbzcmp', $kafka);
 
 sql("CREATE TABLE $TABLE (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, "
 	  . 'aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb, '
@@ -161,7 +162,7 @@ for my $side (qw(D P))
 	for my $t (sort keys %want)
 	{
 		my $full = $t =~ s/^([^.]+)\./$1_$side./r;
-		$read{$side}{$t} = read_topic($kafka, $full);
+		$read{$side}{$t} = DebeziumConnect::read_topic($kafka, $full);
 	}
 }
 $connect->stop;
@@ -251,28 +252,4 @@ sub end_offsets
 	my %sum;
 	$sum{$1} += $2 while $out =~ /^(\S+) \[\d+\] offset (\d+)$/mg;
 	return !grep { ($sum{ s/^([^.]+)\./$1_$side./r } // 0) < $want->{$_} } keys %$want;
-}
-
-# Every record of a topic with kcat, binary-safe: each record's lengths
-# first, then exactly that many bytes of key and value, then its headers.
-sub read_topic
-{
-	my ($cluster, $topic) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'kcat', '-C', '-b', $cluster->bootstrap, '-t', $topic, '-e', '-q',
-			'-f', '%p %o %T %K %S\n%k%s%h\n' ], '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
-	  or die "kcat failed: $err";
-	my @records;
-	while (length $out)
-	{
-		$out =~ s/^(\d+) (\d+) (-?\d+) (-?\d+) (-?\d+)\n// or die "kcat: unexpected output: " . substr($out, 0, 200);
-		my ($p, $o, $ts, $klen, $vlen) = ($1, $2, $3, $4, $5);
-		my $key = $klen < 0 ? undef : substr($out, 0, $klen, '');
-		my $value = $vlen < 0 ? undef : substr($out, 0, $vlen, '');
-		$out =~ s/^([^\n]*)\n// or die 'kcat: no headers line';
-		my %h = map { split /=/, $_, 2 } grep { length } split /,/, $1;
-		push @records, { partition => $p, offset => $o, timestamp => $ts, key => $key, value => $value,
-			headers => \%h };
-	}
-	return \@records;
 }

@@ -14,6 +14,8 @@ use strict;
 use warnings;
 
 use HTTP::Tiny;
+use IPC::Run ();
+use OutboxTest ();
 use KafkaCluster ();
 use POSIX ();
 use Time::HiRes ();
@@ -37,10 +39,47 @@ sub skip_reason
 	return undef;
 }
 
+# A pg_outbox node (OutboxTest's) that Debezium can read: logical WAL, TCP
+# on the loopback, replication connections allowed.
+sub node
+{
+	my ($name, $kafka) = @_;
+	my $node = OutboxTest::new_outbox_node($name, $kafka, conf => "wal_level = logical\n"
+		  . "listen_addresses = '127.0.0.1'\nmax_replication_slots = 20\nmax_wal_senders = 20\n");
+	$node->append_conf('pg_hba.conf', "host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n");
+	$node->restart;
+	return $node;
+}
+
+# Every record of a topic with kcat, binary-safe: each record's lengths
+# first, then exactly that many bytes of key and value, then its headers.
+sub read_topic
+{
+	my ($cluster, $topic) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'kcat', '-C', '-b', $cluster->bootstrap, '-t', $topic, '-e', '-q',
+			'-f', '%p %o %T %K %S\n%k%s%h\n' ], '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
+	  or die "kcat failed: $err";
+	my @records;
+	while (length $out)
+	{
+		$out =~ s/^(\d+) (\d+) (-?\d+) (-?\d+) (-?\d+)\n// or die "kcat: unexpected output: " . substr($out, 0, 200);
+		my ($p, $o, $ts, $klen, $vlen) = ($1, $2, $3, $4, $5);
+		my $key = $klen < 0 ? undef : substr($out, 0, $klen, '');
+		my $value = $vlen < 0 ? undef : substr($out, 0, $vlen, '');
+		$out =~ s/^([^\n]*)\n// or die 'kcat: no headers line';
+		my %h = map { split /=/, $_, 2 } grep { length } split /,/, $1;
+		push @records, { partition => $p, offset => $o, timestamp => $ts, key => $key, value => $value,
+			headers => \%h };
+	}
+	return \@records;
+}
+
 # The properties of one connector reading public.$table of $node through
 # slot $slot and publication $publication (made by the caller), its
 # EventRouter set by %router (option => value, without the
-# "transforms.outbox." prefix), converters by %conv (key.converter...).
+# "transforms.outbox." prefix), converters by %conv (key.converter...),
+# anything else by %extra.
 sub connector
 {
 	my (%o) = @_;
@@ -67,6 +106,7 @@ sub connector
 		'transforms.outbox.type' => 'io.debezium.transforms.outbox.EventRouter',
 		(map { ("transforms.outbox.$_" => $o{router}{$_}) } keys %{ $o{router} // {} }),
 		%{ $o{converters} // {} },
+		%{ $o{extra} // {} },
 	};
 }
 
@@ -133,6 +173,21 @@ sub wait_running
 		Time::HiRes::sleep(0.5);
 	}
 	die "the connectors' tasks are not running after $timeout s:\n" . $self->tail_log;
+}
+
+# Pauses or resumes a connector ('pause' or 'resume') and waits until its
+# task says so.
+sub pause
+{
+	my ($self, $name, $what) = @_;
+	$self->rest('PUT', "/connectors/$name/$what") // die "Connect refused to $what $name";
+	my $want = $what eq 'pause' ? 'PAUSED' : 'RUNNING';
+	for (1 .. 600)
+	{
+		return 1 if $self->task_state($name) eq $want;
+		Time::HiRes::sleep(0.1);
+	}
+	die "connector $name is not $want after 60 s";
 }
 
 # RUNNING, FAILED, PAUSED..., or '' before Connect answers.
