@@ -15,7 +15,7 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DOCS = README.md
 
 # pg_regress's inputs are in test/ (sql/ holds what is installed)
-REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table
+REGRESS = send bad_input dead_letter privileges status conventions capture reserved_prefix altered_table debezium
 REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check_regress --temp-config=test/regress.conf
 # `make installcheck` is pg_regress only, as packagers' tools expect
 # (pg_buildext installcheck); the TAP tests need the project's broker and

@@ -95,3 +95,114 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION @extschema@.outbox_topic_schema(text, text, text, integer, text, text, text, integer[], text, text) FROM PUBLIC;
+
+-- ---- A partition chosen by the sender; Debezium's outbox router (0.7.0) ----
+ALTER TABLE @extschema@.outbox ADD COLUMN partition integer;
+ALTER TABLE @extschema@.outbox_dead_letter ADD COLUMN partition integer;
+
+-- outbox_send() takes the partition as a fifth argument. A function's
+-- arguments cannot change in place and an overload beside it would make
+-- every call ambiguous: each variant is dropped and created again, and
+-- the EXECUTE grants the application's roles had on it are given again
+-- (kept across the statements in a setting local to this transaction).
+SELECT pg_catalog.set_config('pg_outbox_upgrade.acl_' OPERATOR(pg_catalog.||) v.name,
+                             coalesce(p.proacl::text, ''), true)
+FROM (VALUES ('jsonb', '@extschema@.outbox_send(text, jsonb, text, jsonb)'),
+             ('text', '@extschema@.outbox_send(text, text, text, jsonb)'),
+             ('bytea', '@extschema@.outbox_send(text, bytea, bytea, jsonb)')) v(name, signature)
+JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.signature::pg_catalog.regprocedure;
+
+DROP FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb);
+DROP FUNCTION @extschema@.outbox_send(text, text, text, jsonb);
+DROP FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb);
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb,
+                                        key text DEFAULT NULL,
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_jsonb'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload text,
+                                        key text DEFAULT NULL,
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea,
+                                        key bytea DEFAULT NULL,
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_bytea'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb, integer) FROM PUBLIC;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT v.signature, a.grantee, a.is_grantable
+        FROM (VALUES ('jsonb', '@extschema@.outbox_send(text, jsonb, text, jsonb, integer)'),
+                     ('text', '@extschema@.outbox_send(text, text, text, jsonb, integer)'),
+                     ('bytea', '@extschema@.outbox_send(text, bytea, bytea, jsonb, integer)'))
+             v(name, signature)
+        CROSS JOIN LATERAL pg_catalog.aclexplode(NULLIF(pg_catalog.current_setting(
+            'pg_outbox_upgrade.acl_' OPERATOR(pg_catalog.||) v.name), '')::pg_catalog.aclitem[]) a
+        JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.signature::pg_catalog.regprocedure
+        WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', g.signature,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(g.grantee::pg_catalog.regrole::text) END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+-- Dead letters put back keep the partition their sender chose.
+CREATE OR REPLACE FUNCTION @extschema@.outbox_dead_letter_retry(ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    moved bigint;
+    lowest bigint;
+BEGIN
+    WITH taken AS (
+        DELETE FROM @extschema@.outbox_dead_letter d
+        WHERE ids IS NULL OR d.id = ANY (ids)
+        RETURNING d.*
+    ), put_back AS (
+        INSERT INTO @extschema@.outbox (id, shard, topic, key, payload, headers, created_at,
+                                        payload_type, partition)
+        SELECT t.id, @extschema@.outbox_shard_of(t.key, t.id), t.topic, t.key,
+               t.payload, t.headers, t.created_at, t.payload_type, t.partition
+        FROM taken t
+        RETURNING id
+    )
+    SELECT count(*), min(id) INTO moved, lowest FROM put_back;
+    PERFORM @extschema@.outbox_prepare_reinsert(lowest);
+    RETURN moved;
+END
+$$;
+
+-- A trigger function for a table of Debezium's outbox shape (id,
+-- aggregatetype, aggregateid, type, payload): AFTER INSERT FOR EACH ROW,
+-- each row becomes the record Debezium's EventRouter makes of it;
+-- arguments are its options by Debezium's names ('route.by.field=...').
+-- See docs/debezium.md.
+CREATE FUNCTION @extschema@.outbox_debezium()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_debezium'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_debezium() FROM PUBLIC;

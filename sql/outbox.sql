@@ -23,6 +23,8 @@ CREATE TABLE @extschema@.outbox (
     -- what outbox_send() was given: 'j' jsonb, 't' text, 'b' bytea (NULL:
     -- sent before 0.3.0); names the content type
     payload_type    "char",
+    -- the partition the sender chose (0.7.0); NULL: the partitioner's, by key
+    partition       integer,
     -- the one index the hot path uses: each worker reads its shard in id order
     CONSTRAINT outbox_pkey PRIMARY KEY (shard, id)
 ) WITH (
@@ -56,7 +58,8 @@ CREATE TABLE @extschema@.outbox_dead_letter (
     attempts    integer     NOT NULL,
     last_error  text,
     failed_at   timestamptz NOT NULL,
-    payload_type "char"
+    payload_type "char",
+    partition   integer
 );
 
 -- The id space of this outbox's event ids: consumers deduplicate on
@@ -101,21 +104,24 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_dead_letter', '')
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb,
                                         key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_jsonb'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload text,
                                         key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_text'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea,
                                         key bytea DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL,
+                                        partition integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_bytea'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -153,9 +159,9 @@ BEGIN
         RETURNING d.*
     ), put_back AS (
         INSERT INTO @extschema@.outbox (id, shard, topic, key, payload, headers, created_at,
-                                        payload_type)
+                                        payload_type, partition)
         SELECT t.id, @extschema@.outbox_shard_of(t.key, t.id), t.topic, t.key,
-               t.payload, t.headers, t.created_at, t.payload_type
+               t.payload, t.headers, t.created_at, t.payload_type, t.partition
         FROM taken t
         RETURNING id
     )
@@ -191,9 +197,9 @@ $$;
 
 -- Nothing is granted to PUBLIC: an application role needs EXECUTE on the
 -- outbox_send() it calls (see the README), and no right on the tables.
-REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_prepare_reinsert(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_shard_of(bytea, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_dead_letter_retry(bigint[]) FROM PUBLIC;
@@ -207,6 +213,18 @@ RETURNS trigger
 AS 'MODULE_PATHNAME', 'outbox_capture'
 LANGUAGE C;
 REVOKE ALL ON FUNCTION @extschema@.outbox_capture() FROM PUBLIC;
+
+-- ---- Debezium's outbox router (0.7.0) --------------------------------------
+-- A trigger function for a table of Debezium's outbox shape (id,
+-- aggregatetype, aggregateid, type, payload): AFTER INSERT FOR EACH ROW,
+-- each row becomes the record Debezium's EventRouter makes of it;
+-- arguments are its options by Debezium's names ('route.by.field=...').
+-- See docs/debezium.md.
+CREATE FUNCTION @extschema@.outbox_debezium()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'outbox_debezium'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.outbox_debezium() FROM PUBLIC;
 
 -- ---- Schema Registry (0.7.0) -----------------------------------------------
 -- Topics whose records carry the Confluent wire format: per topic and part

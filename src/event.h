@@ -28,6 +28,11 @@ typedef enum EventOutcome
 #define OUTBOX_PAYLOAD_JSON 'j'
 #define OUTBOX_PAYLOAD_TEXT 't'
 #define OUTBOX_PAYLOAD_BYTES 'b'
+/*
+ * The value is the record's as a Debezium-style router built it
+ * (debezium.c): sent as it is in every format, with no content-type.
+ */
+#define OUTBOX_PAYLOAD_RECORD 'r'
 
 /* How long a failure recorded on its row waits before its retry (backoff.c). */
 typedef enum OutcomeBackoff
@@ -77,6 +82,7 @@ typedef struct OutboxEvent
 	int			payloadlen;
 	bool		payload_isnull;	/* a tombstone */
 	char		payload_type;	/* what outbox_send() was given, 0 if unknown */
+	int32		partition;		/* chosen by the sender; -1: the partitioner's */
 	int			nheaders;
 	char	  **header_names;
 	char	  **header_values;

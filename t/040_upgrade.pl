@@ -69,6 +69,10 @@ $node->safe_psql('fresh', 'CREATE EXTENSION outbox');
 my $fresh = $node->safe_psql('fresh', $catalog_sql);
 like($fresh, qr/outbox_status/, 'the fresh catalog lists the current objects');
 
+# An application role's EXECUTE on outbox_send() must survive the update
+# that gives outbox_send() its partition argument (0.7.0).
+$node->safe_psql('postgres', 'CREATE ROLE upgrade_app');
+
 for my $version (@from)
 {
 	my $topic = 'upgrade';
@@ -78,16 +82,34 @@ for my $version (@from)
 		 FROM generate_series(1, 20) i) s");
 	is($before, 20, "$version: 20 events stored before the update");
 
+	$node->safe_psql('postgres',
+		'GRANT EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb) TO upgrade_app');
+
 	$node->safe_psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 	is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'outbox'"),
 		$current, "$version: updated to $current");
+	is($node->safe_psql('postgres', q{
+		SELECT string_agg(p.oid::regprocedure::text, ',' ORDER BY 1) FROM pg_proc p
+		WHERE p.proname = 'outbox_send' AND has_function_privilege('upgrade_app', p.oid, 'EXECUTE')}),
+		'outbox_send(text,jsonb,text,jsonb,integer)',
+		"$version: the application role's EXECUTE on outbox_send(jsonb) survives, on that variant only");
+	# sent as the role, with a partition
+	$node->safe_psql('postgres', q{SET ROLE upgrade_app;
+		SELECT outbox_send('upgrade', '{"granted": true}'::jsonb, 'g', partition => 1)});
+	$node->safe_psql('postgres',
+		'REVOKE EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb, integer) FROM upgrade_app');
 	my $updated = $node->safe_psql('postgres', $catalog_sql);
 	is($updated, $fresh, "$version: the updated catalog equals a fresh $current install");
 
 	$node->append_conf('postgresql.conf', "outbox.enabled = on\n");
 	$node->reload;
 	ok(wait_for_empty($node, 60), "$version: the events sent before the update are delivered");
-	my @got = grep { $_->{value} =~ /^from-\Q$version\E-/ } @{ consume($broker, $topic) };
+	my @all = @{ consume($broker, $topic) };
+	my @got = grep { $_->{value} =~ /^from-\Q$version\E-/ } @all;
+	my @granted = grep { $_->{value} eq '{"granted": true}' && $_->{headers}{'outbox-instance'} eq
+		$node->safe_psql('postgres', 'SELECT id FROM outbox_instance') } @all;
+	is(scalar @granted, 1, "$version: the role's event after the update arrived");
+	is($granted[0]{partition}, 1, "$version: in the partition it chose");
 	my $instance = $node->safe_psql('postgres', 'SELECT id FROM outbox_instance');
 	my $tagged = grep { ($_->{headers}{'outbox-instance'} // '') eq $instance } @got;
 	diag(sprintf('FIGURES upgrade %s->%s: sent=20 delivered=%d with_instance=%d catalog_equal=%d',

@@ -118,6 +118,17 @@ outbox_kafka_error_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 			"(an implicit acknowledgement), which does not prove it was written: produced again";
 		return;
 	}
+	/*
+	 * A partition the sender chose that the topic does not have: the
+	 * event's own problem (a dead letter after its attempts), where a
+	 * partition the partitioner chose is Kafka's, for later.
+	 */
+	if (err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION && event->partition >= 0)
+	{
+		event->outcome = EVENT_FAILED_PERMANENT;
+		event->error = "the topic has no such partition: the one the sender chose (outbox.partition) is out of range";
+		return;
+	}
 	switch (outbox_kafka_error_class(err))
 	{
 		case KAFKA_NO_ERROR:

@@ -82,12 +82,12 @@ static const MessageFormat formats[] = {
 };
 
 static const MessageFormat *
-current_format(void)
+find_format(int format)
 {
 	for (size_t i = 0; i < lengthof(formats); i++)
-		if (formats[i].format == outbox_message_format)
+		if (formats[i].format == format)
 			return &formats[i];
-	elog(ERROR, "outbox: unknown message format %d", outbox_message_format);
+	elog(ERROR, "outbox: unknown message format %d", format);
 	pg_unreachable();
 }
 
@@ -248,13 +248,20 @@ encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance)
 void
 outbox_message_build(OutboxEvent *event, const char *instance, OutboxRecord *record)
 {
-	const MessageFormat *format = current_format();
+	/*
+	 * A router's record (debezium.c) goes as it was built whatever the
+	 * format: its payload unwrapped, and no content-type (content_type()
+	 * knows none for it).
+	 */
+	const MessageFormat *format = find_format(event->payload_type == OUTBOX_PAYLOAD_RECORD ?
+											  OUTBOX_FORMAT_PAYLOAD : outbox_message_format);
 	const char *type = content_type(event);
 
 	record->topic = event->topic;
 	record->key = event->key_isnull ? NULL : event->key;
 	record->keylen = event->key_isnull ? 0 : (size_t) event->keylen;
 	record->timestamp_ms = outbox_unix_microseconds(event->created_at) / 1000;
+	record->partition = event->partition;
 	record->headers = palloc(sizeof(OutboxHeader) * (event->nheaders + MAX_ADDED_HEADERS));
 	record->nheaders = 0;
 	for (int i = 0; i < event->nheaders; i++)

@@ -33,6 +33,7 @@ typedef struct OutboxRecord
 	int			nheaders;
 	OutboxHeader *headers;
 	int64		timestamp_ms;	/* CreateTime: the event's created_at */
+	int32		partition;		/* the sender's choice; -1: the partitioner's */
 } OutboxRecord;
 
 extern void outbox_message_init(const char *database);

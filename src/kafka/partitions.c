@@ -224,7 +224,9 @@ outbox_partitions_place(TopicPartitions *partitions, const rd_kafka_topic_t *rkt
 		}
 		track_partitions(partitions, n);
 	}
-	partition = map_key(rkt, event, n);
+	/* the sender's partition, or where librdkafka puts the key */
+	partition = event->partition >= 0 ? (event->partition < n ? event->partition : -1) :
+		map_key(rkt, event, n);
 	if (partition < 0)
 		return PLACED;
 	if (!all_warm)

@@ -690,7 +690,7 @@ build_headers(const OutboxRecord *record)
 	return headers;
 }
 
-#define MESSAGE_FIELDS 7
+#define MESSAGE_FIELDS 8
 
 /* The message of an event, for rd_kafka_produceva; by handle or by name. */
 static void
@@ -721,6 +721,8 @@ describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *r
 	vu[5].u.headers = headers;
 	vu[6].vtype = RD_KAFKA_VTYPE_OPAQUE;
 	vu[6].u.ptr = message;
+	vu[7].vtype = RD_KAFKA_VTYPE_PARTITION;
+	vu[7].u.i32 = record->partition >= 0 ? record->partition : RD_KAFKA_PARTITION_UA;
 }
 
 /* One attempt; librdkafka owns headers if it took the message. */

@@ -898,11 +898,11 @@ outbox_capture(PG_FUNCTION_ARGS)
 	{
 		payload = build_event(&trig, op, before, after, &key);
 		outbox_send_event(fcinfo, trig.topic, payload, OUTBOX_PAYLOAD_JSON,
-						  key.data, key.len, false, trig.headers[op]);
+						  key.data, key.len, false, trig.headers[op], NULL);
 		/* a record with a null value after the delete: compaction drops the key */
 		if (op == OP_DELETE && trig.tombstone_on_delete)
 			outbox_send_event(fcinfo, trig.topic, NULL, OUTBOX_PAYLOAD_JSON,
-							  key.data, key.len, false, trig.headers[op]);
+							  key.data, key.len, false, trig.headers[op], NULL);
 	}
 
 	error_context_stack = errcallback.previous;

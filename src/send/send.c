@@ -197,6 +197,7 @@ typedef struct SendRelations
 	bool		examined;		/* the checks below hold for the locked table */
 	bool		pristine;		/* indexes of its own shapes only, no triggers or checks */
 	bool		before_0_3;		/* no payload_type yet: ALTER EXTENSION pending */
+	bool		before_0_7;		/* no partition yet: ALTER EXTENSION pending */
 	IndexInfo  *index_info;		/* of the primary key, for the direct insert */
 } SendRelations;
 
@@ -245,9 +246,13 @@ check_columns(Relation rel)
 	 * Between the new library's start and ALTER EXTENSION outbox UPDATE,
 	 * the table has the columns of before 0.3.0: sending goes on.
 	 */
-	relations.before_0_3 = (RelationGetDescr(rel)->natts == OUTBOX_NCOLUMNS_BEFORE_0_3);
-	outbox_check_table_columns(rel, relations.before_0_3 ?
-							   OUTBOX_NCOLUMNS_BEFORE_0_3 : OUTBOX_NCOLUMNS);
+	int			natts = RelationGetDescr(rel)->natts;
+
+	relations.before_0_3 = (natts == OUTBOX_NCOLUMNS_BEFORE_0_3);
+	relations.before_0_7 = (natts == OUTBOX_NCOLUMNS_BEFORE_0_7 || relations.before_0_3);
+	outbox_check_table_columns(rel, relations.before_0_3 ? OUTBOX_NCOLUMNS_BEFORE_0_3 :
+							   relations.before_0_7 ? OUTBOX_NCOLUMNS_BEFORE_0_7 :
+							   OUTBOX_NCOLUMNS);
 }
 
 /*
@@ -419,7 +424,8 @@ insert_directly(Relation rel, Datum *values, bool *nulls, int shard, int64 id)
 
 static int64
 insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_type,
-			 const char *key, int keylen, bool key_isnull, Jsonb *headers)
+			 const char *key, int keylen, bool key_isnull, Jsonb *headers,
+			 const OutboxSendExtras *extras)
 {
 	Relation	rel = open_outbox(fcinfo);
 	Datum		values[OUTBOX_NCOLUMNS];
@@ -431,6 +437,11 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("a tombstone (NULL payload) needs version 0.3.0 of extension \"outbox\""),
+				 errhint("Run ALTER EXTENSION outbox UPDATE.")));
+	if (extras->partition >= 0 && relations.before_0_7)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a partition chosen by the sender needs version 0.7.0 of extension \"outbox\""),
 				 errhint("Run ALTER EXTENSION outbox UPDATE.")));
 	id = outbox_next_id_registered(relations.sequence);
 	shard = shard_for(key, keylen, key_isnull, id, outbox_shards);
@@ -454,11 +465,15 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 	values[OUTBOX_COL_PAYLOAD_TYPE] = CharGetDatum(payload_type);
 	values[OUTBOX_COL_HEADERS] = PointerGetDatum(headers);
 	nulls[OUTBOX_COL_HEADERS] = (headers == NULL);
-	values[OUTBOX_COL_CREATED_AT] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	values[OUTBOX_COL_CREATED_AT] = TimestampTzGetDatum(extras->created_at_set ?
+														extras->created_at :
+														GetCurrentTransactionStartTimestamp());
 	values[OUTBOX_COL_ATTEMPTS] = Int32GetDatum(0);
 	nulls[OUTBOX_COL_LAST_ERROR] = true;
 	nulls[OUTBOX_COL_LAST_ATTEMPT_AT] = true;
 	nulls[OUTBOX_COL_NEXT_ATTEMPT_AT] = true;
+	values[OUTBOX_COL_PARTITION] = Int32GetDatum(extras->partition);
+	nulls[OUTBOX_COL_PARTITION] = (extras->partition < 0);
 
 	if (relations.pristine)
 		insert_directly(rel, values, nulls, shard, id);
@@ -473,9 +488,11 @@ insert_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_
 
 int64
 outbox_send_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char payload_type,
-				  const char *key, int keylen, bool key_isnull, Jsonb *headers)
+				  const char *key, int keylen, bool key_isnull, Jsonb *headers,
+				  const OutboxSendExtras *extras)
 {
 	Size		header_bytes = 0;
+	static const OutboxSendExtras none = {-1, false, 0};
 
 	PreventCommandIfReadOnly("outbox_send()");
 	PreventCommandDuringRecovery("outbox_send()");
@@ -494,9 +511,11 @@ outbox_send_event(FunctionCallInfo fcinfo, text *topic, bytea *payload, char pay
 		header_bytes = check_headers(headers);
 	check_record_size(payload ? VARSIZE_ANY_EXHDR(payload) : 0, key_isnull ? 0 : keylen,
 					  header_bytes);
+	if (extras == NULL)
+		extras = &none;
 	warn_if_not_delivered();
 	return insert_event(fcinfo, topic, payload, payload_type, key, keylen, key_isnull,
-						headers);
+						headers, extras);
 }
 
 static bytea *
@@ -512,15 +531,38 @@ bytes_to_bytea(const char *data, Size len)
 #define ARG_TEXT_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : PG_GETARG_TEXT_PP(n))
 #define ARG_JSONB_OR_NULL(n) (PG_ARGISNULL(n) ? NULL : PG_GETARG_JSONB_P(n))
 
+/*
+ * The partition argument (the fifth, from 0.7.0): NULL leaves the choice
+ * to the partitioner. A library newer than the installed SQL functions
+ * (before ALTER EXTENSION UPDATE) is called with four.
+ */
+static OutboxSendExtras
+partition_argument(FunctionCallInfo fcinfo)
+{
+	OutboxSendExtras extras = {-1, false, 0};
+
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		extras.partition = PG_GETARG_INT32(4);
+		if (extras.partition < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("outbox partition must not be negative: %d", extras.partition),
+					 errhint("Give NULL to let the partitioner choose by the key.")));
+	}
+	return extras;
+}
+
 /* The key of the text and jsonb variants; the bytea variant's is bytea. */
 #define SEND_WITH_KEY(payload, type, key) \
 	outbox_send_event(fcinfo, ARG_TEXT_OR_NULL(0), (payload), (type), \
 					  (key) ? VARDATA_ANY(key) : NULL, (key) ? VARSIZE_ANY_EXHDR(key) : 0, \
-					  (key) == NULL, ARG_JSONB_OR_NULL(3))
+					  (key) == NULL, ARG_JSONB_OR_NULL(3), &extras)
 
 Datum
 outbox_send_jsonb(PG_FUNCTION_ARGS)
 {
+	OutboxSendExtras extras = partition_argument(fcinfo);
 	text	   *key = ARG_TEXT_OR_NULL(2);
 	bytea	   *payload = NULL;
 
@@ -537,6 +579,7 @@ outbox_send_jsonb(PG_FUNCTION_ARGS)
 Datum
 outbox_send_text(PG_FUNCTION_ARGS)
 {
+	OutboxSendExtras extras = partition_argument(fcinfo);
 	text	   *key = ARG_TEXT_OR_NULL(2);
 
 	/* text and bytea share one representation: store it as it came */
@@ -546,6 +589,7 @@ outbox_send_text(PG_FUNCTION_ARGS)
 Datum
 outbox_send_bytea(PG_FUNCTION_ARGS)
 {
+	OutboxSendExtras extras = partition_argument(fcinfo);
 	bytea	   *key = PG_ARGISNULL(2) ? NULL : PG_GETARG_BYTEA_PP(2);
 
 	PG_RETURN_INT64(SEND_WITH_KEY(PG_ARGISNULL(1) ? NULL : PG_GETARG_BYTEA_PP(1),

@@ -27,7 +27,8 @@
 	X(LAST_ERROR, "last_error", TEXTOID) \
 	X(LAST_ATTEMPT_AT, "last_attempt_at", TIMESTAMPTZOID) \
 	X(NEXT_ATTEMPT_AT, "next_attempt_at", TIMESTAMPTZOID) \
-	X(PAYLOAD_TYPE, "payload_type", CHAROID)
+	X(PAYLOAD_TYPE, "payload_type", CHAROID) \
+	X(PARTITION, "partition", INT4OID)
 
 #define OUTBOX_COLUMN_ENUM(tag, name, type) OUTBOX_COL_##tag,
 #define OUTBOX_COLUMN_NAME(tag, name, type) name,
@@ -42,6 +43,9 @@ typedef enum OutboxColumn
 
 /* The columns of tables made before 0.3.0 (no payload_type yet). */
 #define OUTBOX_NCOLUMNS_BEFORE_0_3 OUTBOX_COL_PAYLOAD_TYPE
+
+/* The columns of tables made before 0.7.0 (no partition yet). */
+#define OUTBOX_NCOLUMNS_BEFORE_0_7 OUTBOX_COL_PARTITION
 
 /*
  * Refuses (55000, naming the table and the column) a table whose first

@@ -147,7 +147,7 @@ forget_plans(void)
  */
 #define READ_COLUMN_LIST(TABLE, SYSTEM) \
 	TABLE(ID) TABLE(TOPIC) TABLE(KEY) TABLE(PAYLOAD) TABLE(HEADERS) \
-	TABLE(CREATED_AT) TABLE(PAYLOAD_TYPE) TABLE(ATTEMPTS) \
+	TABLE(CREATED_AT) TABLE(PAYLOAD_TYPE) TABLE(ATTEMPTS) TABLE(PARTITION) \
 	SYSTEM(CTID, "ctid")
 
 #define READ_TABLE_POSITION(tag) COL_##tag,
@@ -308,11 +308,12 @@ prepare_settle_plans(const char *s)
 										 "WITH moved AS (%s)"
 										 " INSERT INTO %s.outbox_dead_letter"
 										 " (id, topic, key, payload, headers, created_at, attempts,"
-										 " last_error, payload_type, failed_at)"
+										 " last_error, payload_type, partition, failed_at)"
 										 " SELECT *, pg_catalog.now() FROM moved",
 										 outbox_delete_by_id_sql(s, " AND attempts OPERATOR(pg_catalog.>=) $3"
 																 " RETURNING id, topic, key, payload, headers,"
-																 " created_at, attempts, last_error, payload_type"),
+																 " created_at, attempts, last_error, payload_type,"
+																 " partition"),
 										 s),
 								3, dead_args);
 }
@@ -578,6 +579,7 @@ copy_event(OutboxEvent *event, const Datum *values, const bool *nulls)
 	event->created_at = DatumGetTimestampTz(values[COL_CREATED_AT]);
 	event->ctid = *(ItemPointer) DatumGetPointer(values[COL_CTID]);
 	event->payload_type = nulls[COL_PAYLOAD_TYPE] ? 0 : DatumGetChar(values[COL_PAYLOAD_TYPE]);
+	event->partition = nulls[COL_PARTITION] ? -1 : DatumGetInt32(values[COL_PARTITION]);
 	event->attempts = DatumGetInt32(values[COL_ATTEMPTS]);
 	event->outcome = EVENT_SKIPPED;
 	event->size += (int64) event->payloadlen + 2 * (int64) event->keylen +

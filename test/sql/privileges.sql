@@ -61,9 +61,9 @@ SELECT (SELECT count(*) FROM events.outbox) AS outbox,
        (SELECT count(*) FROM events.outbox_dead_letter) AS dead_letters;
 
 --
--- EXECUTE on outbox_send(text, jsonb, text, jsonb) is enough to send.
+-- EXECUTE on outbox_send(text, jsonb, text, jsonb, integer) is enough to send.
 --
-GRANT EXECUTE ON FUNCTION events.outbox_send(text, jsonb, text, jsonb) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION events.outbox_send(text, jsonb, text, jsonb, integer) TO regress_outbox_app;
 SET ROLE regress_outbox_app;
 SELECT events.outbox_send('orders', '{"n": 1}'::jsonb, 'k', '{"by": "app"}');
 -- also in a transaction, and the rolled-back one leaves nothing

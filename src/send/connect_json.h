@@ -1,0 +1,33 @@
+/*
+ * connect_json.h
+ *		The bytes Kafka Connect's JsonConverter (schemas disabled) writes
+ *		for the values Debezium's outbox router hands it, for debezium.c:
+ *		strings, numbers, bytes, and a JSON payload expanded the way the
+ *		router expands one (table.expand.json.payload).
+ */
+#ifndef OUTBOX_CONNECT_JSON_H
+#define OUTBOX_CONNECT_JSON_H
+
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+
+/* A string as the converter quotes and escapes it. */
+extern void connect_json_string(StringInfo out, const char *s, int len);
+
+/* A double as Java prints it (Double.toString, shortest digits). */
+extern void connect_json_double(StringInfo out, double d);
+
+/* Bytes as the converter writes them: base64 in a JSON string. */
+extern void connect_json_bytes(StringInfo out, const char *data, int len);
+
+/*
+ * The payload text expanded into the JSON object the converter writes of
+ * the router's structure; false (out untouched) where the router's
+ * expansion fails and it keeps the payload as a string. null_as_bytes:
+ * table.json.payload.null.behavior = optional_bytes (null members kept).
+ */
+extern bool connect_json_expand(StringInfo out, const char *text, int len,
+								bool null_as_bytes);
+
+#endif							/* OUTBOX_CONNECT_JSON_H */

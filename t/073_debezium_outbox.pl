@@ -1,0 +1,216 @@
+# Debezium's outbox router, by outbox_debezium(): rows of a table of
+# Debezium's outbox shape become the records the EventRouter makes of them,
+# read back with kcat byte for byte (topic, partition, key, value, headers,
+# timestamp): with the router's defaults, and with each option set another
+# way. In the 'envelope' message format, which these records ignore. Then
+# the partition chosen by the sender (outbox_send(..., partition => N)):
+# its order, a partition the topic lacks (a dead letter, the shard goes on),
+# a dead letter put back keeping its partition, and exactly-once delivery.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $broker = start_broker(topics => [
+	'outbox.event.Order:3', 'outbox.event.Customer:1', 'events.Order:3', 'Other:1',
+	'bin:1', 'expand:1', 'sent:3', 'eos:3' ]);
+my $node = new_outbox_node('debezium', $broker, message_format => 'envelope',
+	conf => "outbox.max_attempts = 2\n");
+
+# The record of the first message of a topic whose value is $value.
+sub record_of
+{
+	my ($topic, $match) = @_;
+	my @found = grep { $match->($_) } @{ consume($broker, $topic) };
+	return $found[0];
+}
+
+# The transaction's start in milliseconds since 1970: the timestamp.
+sub ms_sql { return q{floor(extract(epoch FROM now()) * 1000)::bigint}; }
+
+# ---- the router's defaults --------------------------------------------------
+$node->safe_psql('postgres', q{
+CREATE TABLE outboxevent (
+    id            uuid         NOT NULL PRIMARY KEY,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid   varchar(255) NOT NULL,
+    type          varchar(255) NOT NULL,
+    payload       jsonb
+);
+CREATE TRIGGER outboxevent_kafka AFTER INSERT OR UPDATE OR DELETE ON outboxevent
+    FOR EACH ROW EXECUTE FUNCTION outbox_debezium();
+});
+my $ms = $node->safe_psql('postgres', q{
+BEGIN;
+INSERT INTO outboxevent VALUES
+  ('4d47e190-0402-4048-bc2c-89dd54343cdc', 'Order', 'o-1', 'OrderCreated',
+   '{"id": 1, "lineItems": [{"item": "Debezium in Action", "totalPrice": 39.98}], "note": "a \"quote\"\nand a line"}'),
+  ('5d47e190-0402-4048-bc2c-89dd54343cdc', 'Customer', 'c-1', 'CustomerCreated', '{"name": "Ann"}');
+SELECT } . ms_sql() . q{;
+COMMIT;
+});
+# deleted right after (the router ignores deletes); an update: ignored, with a warning
+my ($ret, $out, $err) = $node->psql('postgres', q{
+UPDATE outboxevent SET type = 'x' WHERE aggregateid = 'c-1';
+DELETE FROM outboxevent;
+});
+like($err, qr/ignores an update: outbox rows are inserted/, 'an update of an outbox row is ignored, with a warning');
+ok(wait_for_empty($node, 60), 'the default records are delivered');
+
+my $order = consume($broker, 'outbox.event.Order');
+is(scalar @$order, 1, 'topic outbox.event.${routedByValue} of aggregatetype Order: one record');
+my $r = $order->[0];
+is($r->{key}, '"o-1"', 'the key: aggregateid as the JsonConverter writes a string');
+is($r->{value},
+	'"{\"id\": 1, \"note\": \"a \\\\\"quote\\\\\"\\\\nand a line\", \"lineItems\": [{\"item\": \"Debezium in Action\", \"totalPrice\": 39.98}]}"',
+	'the value: the jsonb payload\'s text as a JSON string');
+is($r->{headers}{id}, '4d47e190-0402-4048-bc2c-89dd54343cdc', 'the header id: the event id');
+ok(!exists $r->{headers}{'content-type'}, 'no content-type header');
+is(join(',', sort keys %{ $r->{headers} }), 'id,outbox-id,outbox-instance',
+	'headers: id, and pg_outbox\'s own two');
+is($r->{timestamp}, $ms, 'the timestamp: the transaction\'s start, in ms');
+is($r->{partition}, kafka_partition('"o-1"', 3), 'the partition: the key\'s, as the Java client maps it');
+my $customer = consume($broker, 'outbox.event.Customer');
+is(scalar @$customer, 1, 'the update and the delete sent nothing');
+is($customer->[0]{value}, '"{\"name\": \"Ann\"}"', 'the second aggregate type has its own topic');
+
+# ---- every option set another way --------------------------------------------
+$node->safe_psql('postgres', q{
+CREATE TABLE events (
+    event_id  text      NOT NULL,
+    kind      text      NOT NULL,
+    agg       text,
+    type      text,
+    body      text,
+    part      integer,
+    ver       integer,
+    occurred  timestamp,
+    extra     bigint
+);
+CREATE TRIGGER events_kafka AFTER INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+      'route.by.field=kind',
+      'route.topic.regex=(?<routedByValue>.*)Event',
+      'route.topic.replacement=events.${routedByValue}',
+      'table.field.event.id=event_id',
+      'table.field.event.key=agg',
+      'table.field.event.payload=body',
+      'table.field.event.timestamp=occurred',
+      'table.expand.json.payload=true',
+      'table.fields.additional.placement=type:header:eventType, type:envelope:eventType,part:partition,ver:envelope,extra:header',
+      'key.converter=org.apache.kafka.connect.storage.StringConverter',
+      'outbox.delete.after.capture=true');
+INSERT INTO events VALUES
+  ('e-1', 'OrderEvent', 'agg-1', 'OrderCreated',
+   '{"id": 1, "lineItems": [{"id": 1, "price": 39.98, "note": null}], "empty": [], "nothing": null, "big": 3000000000, "flag": true, "f": 1.0, "small": 0.00001, "large": 12345678.9}',
+   2, 3, '2024-05-06 07:08:09.123456', 42),
+  ('e-2', 'Other', 'agg-2', NULL, '[1, 2]', NULL, NULL, NULL, NULL);
+});
+ok(wait_for_empty($node, 60), 'the routed records are delivered');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM events'), '0',
+	'outbox.delete.after.capture: the rows are gone');
+my $routed = consume($broker, 'events.Order');
+is(scalar @$routed, 1, 'route.topic.regex and route.topic.replacement: events.Order');
+$r = $routed->[0];
+is($r->{partition}, 2, 'placement partition: the part column');
+is($r->{key}, 'agg-1', 'table.field.event.key with the StringConverter: the text as it is');
+is($r->{value},
+	'{"payload":{"id":1,"lineItems":[{"id":1,"price":39.98}],"big":3000000000,"flag":true,"f":1.0,"small":1.0E-5,"large":1.23456789E7},"eventType":"OrderCreated","ver":3}',
+	'table.expand.json.payload in an envelope with the columns placed there');
+is($r->{headers}{id}, 'e-1', 'table.field.event.id: the header id');
+is($r->{headers}{eventType}, 'OrderCreated', 'placement header with an alias');
+is($r->{headers}{extra}, '42', 'placement header without an alias: the column\'s name');
+is($r->{timestamp}, 1714979289123, 'table.field.event.timestamp: the column, in ms');
+my $other = consume($broker, 'Other');
+is(scalar @$other, 1, 'a value route.topic.regex does not match keeps it as the topic');
+is($other->[0]{value}, '{"payload":"[1, 2]","eventType":null,"ver":null}',
+	'an array at the top is not expanded; NULL columns are null in the envelope');
+ok(!exists $other->[0]{headers}{eventType}, 'a NULL header column sends no header');
+
+# ---- bytes, tombstones, JSON that does not expand --------------------------------
+$node->safe_psql('postgres', q{
+CREATE TABLE bin_events (id uuid, aggregatetype text, aggregateid text, payload bytea);
+CREATE TRIGGER raw AFTER INSERT ON bin_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=bin', 'value.converter=io.debezium.converters.BinaryDataConverter',
+  'route.tombstone.on.empty.payload=true');
+CREATE TABLE b64_events (id uuid, aggregatetype text, aggregateid text, payload bytea);
+CREATE TRIGGER b64 AFTER INSERT ON b64_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=bin');
+INSERT INTO bin_events VALUES (gen_random_uuid(), 'x', 'k1', 'raw bytes'::bytea),
+                              (gen_random_uuid(), 'x', 'k1', NULL);
+INSERT INTO b64_events VALUES (gen_random_uuid(), 'x', 'k2', '\x00010203ff'::bytea);
+CREATE TABLE json_events (id uuid, aggregatetype text, aggregateid text, payload text);
+CREATE TRIGGER js AFTER INSERT ON json_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=expand', 'table.expand.json.payload=true',
+  'table.json.payload.null.behavior=optional_bytes');
+INSERT INTO json_events VALUES
+  (gen_random_uuid(), 'x', 'k3', '{"mixed": [1, "x"]}'),
+  (gen_random_uuid(), 'x', 'k3', '{"b": null, "z": {"y": [null, 2]}, "a": "\u00e9\t"}'),
+  (gen_random_uuid(), 'x', 'k3', '{"ints": [1, 3000000000]}');
+});
+ok(wait_for_empty($node, 60), 'the byte and JSON records are delivered');
+my $bin = consume($broker, 'bin');
+is(scalar @$bin, 3, 'three records on topic bin');
+is($bin->[0]{value}, 'raw bytes', 'the BinaryDataConverter: a bytea payload as it is');
+is($bin->[1]{size}, -1, 'route.tombstone.on.empty.payload: a NULL payload is a tombstone');
+is($bin->[2]{value}, '"AAECA/8="', 'the JsonConverter: a bytea payload in base64');
+my $expand = consume($broker, 'expand');
+is($expand->[0]{value}, '"{\"mixed\": [1, \"x\"]}"', 'a mixed array: the payload stays a string');
+is($expand->[1]{value}, "{\"b\":null,\"z\":{\"y\":[null,2]},\"a\":\"\x{c3}\x{a9}\\t\"}",
+	'optional_bytes keeps null members; strings escaped as Jackson does');
+is($expand->[2]{value}, '"{\"ints\": [1, 3000000000]}"',
+	'an array of int and long: the payload stays a string');
+
+# ---- the partition chosen by the sender ---------------------------------------------
+# (in the 'payload' format from here on: the values read are the payloads)
+$node->append_conf('postgresql.conf', "outbox.message_format = 'payload'\n");
+$node->reload;
+# One key to partition 2, then to partition 0: each partition has its
+# events in commit order; across the two, no order.
+$node->safe_psql('postgres', q{
+SELECT outbox_send('sent', 'p2-' || i, 'k', partition => 2) FROM generate_series(1, 20) i;
+SELECT outbox_send('sent', 'p0-' || i, 'k', partition => 0) FROM generate_series(1, 20) i;
+SELECT outbox_send('sent', 'none-' || i, 'k') FROM generate_series(1, 5) i;
+SELECT outbox_send('sent', 'far', 'k2', partition => 7);
+});
+ok(wait_for_empty($node, 60), 'the partitioned events leave the outbox (one as a dead letter)');
+my $sent = consume($broker, 'sent');
+my @p2 = map { $_->{value} } grep { $_->{partition} == 2 && $_->{value} =~ /^p2-/ } @$sent;
+my @p0 = map { $_->{value} } grep { $_->{partition} == 0 && $_->{value} =~ /^p0-/ } @$sent;
+is_deeply(\@p2, [ map { "p2-$_" } 1 .. 20 ], 'partition => 2: all there, in commit order');
+is_deeply(\@p0, [ map { "p0-$_" } 1 .. 20 ], 'partition => 0: all there, in commit order');
+is(scalar(grep { $_->{value} =~ /^none-/ && $_->{partition} == kafka_partition('k', 3) } @$sent), 5,
+	'without a partition the key decides');
+is($node->safe_psql('postgres', q{SELECT partition || ' ' || attempts || ' ' || last_error FROM outbox_dead_letter}),
+	'7 2 the topic has no such partition: the one the sender chose (outbox.partition) is out of range',
+	'a partition the topic lacks: a dead letter after outbox.max_attempts, with the reason');
+$node->safe_psql('postgres', q{UPDATE outbox_dead_letter SET partition = 1;
+SELECT outbox_dead_letter_retry();});
+ok(wait_for_empty($node, 60), 'the dead letter put back is delivered');
+my @far = grep { $_->{value} eq 'far' } @{ consume($broker, 'sent') };
+is(scalar @far, 1, 'the dead letter put back arrives once');
+is($far[0]{partition}, 1, 'with the partition its row carries');
+
+# ---- exactly-once ------------------------------------------------------------------------
+$node->append_conf('postgresql.conf', "outbox.delivery = 'exactly_once'\n");
+$node->reload;
+$node->safe_psql('postgres', q{
+CREATE TABLE eos_events (id uuid, aggregatetype text, aggregateid text, payload jsonb, part int);
+CREATE TRIGGER eos AFTER INSERT ON eos_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=eos', 'table.fields.additional.placement=part:partition');
+INSERT INTO eos_events SELECT gen_random_uuid(), 'x', 'k' || i, jsonb_build_object('i', i), i % 3
+FROM generate_series(1, 30) i;
+});
+ok(wait_for_empty($node, 60), 'exactly-once: the events are delivered');
+my $eos = consume($broker, 'eos', undef, 'read_committed');
+is(scalar @$eos, 30, 'exactly-once: 30 committed records');
+is(scalar(grep { $_->{value} =~ /^"\{\\"i\\": (\d+)\}"$/ && $1 % 3 == $_->{partition} } @$eos), 30,
+	'exactly-once: each in the partition its row placed it in');
+like($node->safe_psql('postgres', 'SELECT delivery FROM outbox_status'), qr/exactly_once/,
+	'outbox_status shows the exactly-once mode');
+
+$node->stop;
+done_testing();

@@ -1,0 +1,113 @@
+--
+-- debezium: outbox_debezium(), Debezium's outbox router as a trigger. Each
+-- misuse of its arguments is refused at the first row, with the message
+-- and SQLSTATE (printed by \echo after the error); a refused row is not
+-- inserted. Then what one row stores (topic, key, value, headers,
+-- partition, time) and outbox_send()'s partition argument.
+--
+-- The temp instance runs with outbox.enabled = off: the events stay in
+-- the outbox, where this test reads them.
+--
+SET TimeZone = 'UTC';
+SET client_min_messages = warning;
+CREATE SCHEMA dbz;
+CREATE EXTENSION outbox SCHEMA dbz;
+
+CREATE TABLE outboxevent (
+    id            uuid         NOT NULL,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid   varchar(255) NOT NULL,
+    type          varchar(255) NOT NULL,
+    payload       jsonb,
+    part          integer,
+    small         smallint,
+    amount        numeric,
+    at            timestamptz
+);
+
+-- each set of arguments, tried on one row
+CREATE FUNCTION try(VARIADIC args text[]) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DROP TRIGGER IF EXISTS t ON outboxevent;
+    EXECUTE format('CREATE TRIGGER t AFTER INSERT ON outboxevent FOR EACH ROW EXECUTE FUNCTION dbz.outbox_debezium(%s)',
+                   (SELECT string_agg(quote_literal(a), ', ') FROM unnest(args) a));
+    INSERT INTO outboxevent VALUES ('4d47e190-0402-4048-bc2c-89dd54343cdc', 'Order', 'o-1',
+                                    'OrderCreated', '{"a": 1}', -1, 1, 1.5, now());
+END
+$$;
+\set VERBOSITY terse
+SELECT try('route.by.fields=aggregatetype');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.by.field');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.by.field=nope');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.by.field=part');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.field.event.payload=amount');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.expand.json.payload=yes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.op.invalid.behavior=ignore');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=type');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=type:body');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=nope:header');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=small:partition');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=part:partition');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=amount:header');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.field.event.timestamp=small');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.topic.regex=(?<routedByValue>.*');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.topic.replacement=x.${other}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.topic.replacement=x.$2');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('value.converter.schemas.enable=true');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('key.converter=io.confluent.connect.avro.AvroConverter');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('value.converter=string', 'table.expand.json.payload=true');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('value.converter=string', 'table.fields.additional.placement=type:envelope');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('tracing.span.context.field=tracingspancontext');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('route.topic.replacement=bad topic');
+\echo :LAST_ERROR_SQLSTATE
+-- nothing was stored by the refused rows
+SELECT count(*) AS rows, (SELECT count(*) FROM dbz.outbox) AS events FROM outboxevent;
+
+-- a BEFORE trigger, a statement trigger: refused
+CREATE TRIGGER b BEFORE INSERT ON outboxevent FOR EACH ROW EXECUTE FUNCTION dbz.outbox_debezium();
+INSERT INTO outboxevent VALUES (gen_random_uuid(), 'Order', 'o-1', 'x', '{}');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER b ON outboxevent;
+SELECT dbz.outbox_debezium();
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+
+-- one row, stored: the record as the worker will send it
+SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope,at:partition');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope');
+SELECT topic, convert_from(key, 'UTF8') AS key, convert_from(payload, 'UTF8') AS value,
+       headers, payload_type, partition
+FROM dbz.outbox;
+
+-- outbox_send()'s partition
+SELECT dbz.outbox_send('t', 'x', partition => 2) > 0 AS sent;
+SELECT dbz.outbox_send('t', 'x', partition => -1);
+SELECT partition FROM dbz.outbox WHERE topic = 't';
+
+DROP FUNCTION try(text[]);
+DROP TABLE outboxevent;
+DROP EXTENSION outbox;
+DROP SCHEMA dbz;
