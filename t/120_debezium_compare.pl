@@ -122,7 +122,9 @@ for my $sc (@SCENARIOS)
 }
 my @all_topics = map { (s/^([^.]+)\./$1_D./r, s/^([^.]+)\./$1_P./r) } sort keys %want;
 
-my $kafka = start_real_kafka(topics => [ map { "$_:$PARTITIONS" } @all_topics ]);
+my @specs = map { "$_:$PARTITIONS" } @all_topics;
+my $kafka = start_real_kafka(topics => [ splice(@specs, 0, 5) ]);
+DebeziumConnect::create_topics($kafka, @specs);
 my $node = DebeziumConnect::node('dbzcmp', $kafka);
 
 for my $t (sort keys %TABLES)

@@ -75,6 +75,31 @@ sub read_topic
 	return \@records;
 }
 
+# Creates topics "name:partitions" on a fresh cluster in batches: kafkajs
+# waiting for the leaders of dozens of new topics at once can fail with
+# "This server does not host this topic-partition" while the topics are
+# made all the same; a batch that failed is done again topic by topic,
+# those that exist by now left as they are.
+sub create_topics
+{
+	my ($cluster, @specs) = @_;
+	my @t = map { my ($n, $p) = split /:/; [ $n, partitions => $p ] } @specs;
+	while (my @batch = splice(@t, 0, 10))
+	{
+		next if eval { $cluster->create_topics(@batch); 1 };
+		for my $one (@batch)
+		{
+			for my $try (1 .. 3)
+			{
+				last if eval { $cluster->create_topics($one); 1 } || $@ =~ /exists already/;
+				die $@ if $try == 3;
+				sleep 2;
+			}
+			$cluster->wait_topic($one->[0], 3) or die "topic $one->[0] has no leaders";
+		}
+	}
+}
+
 # The properties of one connector reading public.$table of $node through
 # slot $slot and publication $publication (made by the caller), its
 # EventRouter set by %router (option => value, without the
