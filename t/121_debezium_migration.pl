@@ -144,6 +144,7 @@ diag(sprintf('migration under load: %d rows inserted at %.0f tps over %d s; forw
 		  . 'per-key inversions %d',
 		$rows, $tps // 0, $SECONDS, $t_switch - $t0, $catch_up_s, $queued, $t_back - $t0, $drain_s,
 		$by{Debezium} // 0, $by{pg_outbox} // 0, $no_id // 0, scalar @missing, scalar @dup, scalar @foreign, $inversions // 0));
+ok(($by{Debezium} // 0) > 0 && ($by{pg_outbox} // 0) > 0, 'both sides delivered rows');
 is(scalar @missing, 0, 'no row lost') or diag('lost: ' . join(' ', (sort @missing)[ 0 .. 9 ]));
 is(scalar @dup, 0, 'no row delivered twice') or diag('twice: ' . join(' ', (sort @dup)[ 0 .. 9 ]));
 is($no_id // 0, 0, 'every record has its id header');
