@@ -93,6 +93,12 @@ for my $version (@from)
 		WHERE p.proname = 'outbox_send' AND has_function_privilege('upgrade_app', p.oid, 'EXECUTE')}),
 		'outbox_send(text,jsonb,text,jsonb,integer)',
 		"$version: the application role's EXECUTE on outbox_send(jsonb) survives, on that variant only");
+	# given by the update script: PostgreSQL counts it as the extension's (docs/sending.md)
+	is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_init_privs
+		WHERE objoid = 'outbox_send(text, jsonb, text, jsonb, integer)'::regprocedure
+		  AND initprivs::text LIKE '%upgrade_app%'}), '1',
+		"$version: the grant given back is among the extension's initial privileges");
 	# sent as the role, with a partition
 	$node->safe_psql('postgres', q{SET ROLE upgrade_app;
 		SELECT outbox_send('upgrade', '{"granted": true}'::jsonb, 'g', partition => 1)});

@@ -16,7 +16,7 @@ use Test::More;
 
 my $broker = start_broker(topics => [
 	'outbox.event.Order:3', 'outbox.event.Customer:1', 'events.Order:3', 'Other:1',
-	'bin:1', 'expand:1', 'sent:3', 'eos:3' ]);
+	'bin:1', 'expand:1', 'sent:3', 'eos:3', 'dead:2' ]);
 my $node = new_outbox_node('debezium', $broker, message_format => 'envelope',
 	conf => "outbox.max_attempts = 2\n");
 
@@ -149,7 +149,9 @@ CREATE TRIGGER js AFTER INSERT ON json_events FOR EACH ROW EXECUTE FUNCTION outb
 INSERT INTO json_events VALUES
   (gen_random_uuid(), 'x', 'k3', '{"mixed": [1, "x"]}'),
   (gen_random_uuid(), 'x', 'k3', '{"b": null, "z": {"y": [null, 2]}, "a": "\u00e9\t"}'),
-  (gen_random_uuid(), 'x', 'k3', '{"ints": [1, 3000000000]}');
+  (gen_random_uuid(), 'x', 'k3', '{"ints": [1, 3000000000]}'),
+  (gen_random_uuid(), 'x', 'k3', '{"a": 1e23, "b": 5e-324, "c": 0.00001, "d": 12345678.9, "e": 100.5, "f": 10000000.0, "g": 0.001, "h": 9.999999999999999e-4, "i": -1.0272701115810179e17, "j": 1.0, "k": 2e-3, "l": 1.7976931348623157e308}'),
+  (gen_random_uuid(), 'x', 'k3', 'a"q\' || E'\n\t\x01\x1f\x7f' || 'é/' || E'\b\f\r' || U&'\2028');
 });
 ok(wait_for_empty($node, 60), 'the byte and JSON records are delivered');
 my $bin = consume($broker, 'bin');
@@ -163,6 +165,13 @@ is($expand->[1]{value}, "{\"b\":null,\"z\":{\"y\":[null,2]},\"a\":\"\x{c3}\x{a9}
 	'optional_bytes keeps null members; strings escaped as Jackson does');
 is($expand->[2]{value}, '"{\"ints\": [1, 3000000000]}"',
 	'an array of int and long: the payload stays a string');
+# as Java 25's Double.toString prints them (Java 17 prints 1e23 and
+# -1.0272701115810179e17 with more digits)
+is($expand->[3]{value},
+	'{"a":1.0E23,"b":4.9E-324,"c":1.0E-5,"d":1.23456789E7,"e":100.5,"f":1.0E7,"g":0.001,"h":9.999999999999998E-4,"i":-1.027270111581018E17,"j":1.0,"k":0.002,"l":1.7976931348623157E308}',
+	'doubles printed as Java prints them');
+is($expand->[4]{value}, "\"a\\\"q\\\\\\n\\t\\u0001\\u001F\x7f\xc3\xa9/\\b\\f\\r\xe2\x80\xa8\"",
+	'a string escaped as Kafka\'s JsonConverter escapes it (Jackson: control characters only, \\u00XX upper case)');
 
 # ---- the partition chosen by the sender ---------------------------------------------
 # (in the 'payload' format from here on: the values read are the payloads)
@@ -193,6 +202,40 @@ ok(wait_for_empty($node, 60), 'the dead letter put back is delivered');
 my @far = grep { $_->{value} eq 'far' } @{ consume($broker, 'sent') };
 is(scalar @far, 1, 'the dead letter put back arrives once');
 is($far[0]{partition}, 1, 'with the partition its row carries');
+
+# ---- a router's event as a dead letter, with a trace context ---------------------------
+# Placed in a partition its topic lacks: a dead letter after its attempts,
+# keeping the record it was built as; put back with a partition the topic
+# has, it arrives as Debezium's record, with the trace context it was sent
+# with; outbox_explain() knows it all along.
+$node->safe_psql('postgres', q{
+CREATE TABLE dead_events (id uuid, aggregatetype text, aggregateid text, payload jsonb, part int);
+CREATE TRIGGER dead AFTER INSERT ON dead_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=dead', 'table.fields.additional.placement=part:partition');
+BEGIN;
+SET LOCAL outbox.traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+INSERT INTO dead_events VALUES ('6d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 'd-1', '{"n": 1}', 5);
+COMMIT;
+});
+ok(wait_for_empty($node, 60), 'the router event placed in a missing partition leaves the outbox');
+is($node->safe_psql('postgres', q{SELECT payload_type::text || ' ' || partition || ' ' || convert_from(payload, 'UTF8')
+	FROM outbox_dead_letter WHERE topic = 'dead'}), 'r 5 "{\"n\": 1}"',
+	'its dead letter keeps the record as built and the partition placed');
+is($node->safe_psql('postgres', q{SELECT status FROM outbox_explain((SELECT id FROM outbox_dead_letter WHERE topic = 'dead'))}),
+	'dead_letter', 'outbox_explain() finds it among the dead letters');
+$node->safe_psql('postgres', q{UPDATE outbox_dead_letter SET partition = 1 WHERE topic = 'dead';
+SELECT outbox_dead_letter_retry();});
+ok(wait_for_empty($node, 60), 'the dead letter put back is delivered');
+my $dead = consume($broker, 'dead');
+is(scalar @$dead, 1, 'one record on topic dead');
+is($dead->[0]{partition}, 1, 'in the partition given back');
+is($dead->[0]{value}, '"{\"n\": 1}"', 'its value as Debezium writes it');
+is($dead->[0]{key}, '"d-1"', 'its key');
+is($dead->[0]{headers}{id}, '6d47e190-0402-4048-bc2c-89dd54343cdc', 'its header id');
+is($dead->[0]{headers}{traceparent}, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+	'the trace context of the inserting transaction');
+like($node->safe_psql('postgres', 'SELECT dead_lettered FROM outbox_status'), qr/^[1-9]/,
+	'outbox_status counts the dead letters');
 
 # ---- exactly-once ------------------------------------------------------------------------
 $node->append_conf('postgresql.conf', "outbox.delivery = 'exactly_once'\n");

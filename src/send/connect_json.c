@@ -27,7 +27,6 @@
 
 #include <math.h>
 
-#include "common/shortest_dec.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 
@@ -81,55 +80,58 @@ connect_json_string(StringInfo out, const char *s, int len)
 }
 
 /*
- * Java's Double.toString: the shortest digits that read back as the same
- * double, plain from 10^-3 up to 10^7, else as d.dddE<n>; always a
- * fractional digit.
+ * The digits Java 19 and later print for a double: the closest decimal of
+ * the fewest significant digits that reads back as the same double (ties
+ * to the even digit, as printf rounds), but never fewer than two digits to
+ * choose from (5e-324 prints as 4.9E-324, 1e23 as 1.0E23). Into digits
+ * (trailing zeros dropped), and the power of ten of the first digit.
+ */
+static int
+java_digits(double d, char *digits, int *exponent)
+{
+	char		buf[64];
+	int			n = 0;
+
+	for (int precision = 2; precision <= 17; precision++)
+	{
+		snprintf(buf, sizeof(buf), "%.*e", precision - 1, d);
+		if (strtod(buf, NULL) == d)
+			break;
+	}
+	/* buf: [-]d.ddde[+-]x */
+	for (char *c = buf; *c && *c != 'e'; c++)
+		if (isdigit((unsigned char) *c))
+			digits[n++] = *c;
+	*exponent = atoi(strchr(buf, 'e') + 1);
+	while (n > 1 && digits[n - 1] == '0')
+		n--;
+	return n;
+}
+
+/*
+ * Java's Double.toString: plain from 10^-3 up to 10^7, else as
+ * d.dddE<n>; always a fractional digit.
  */
 void
 connect_json_double(StringInfo out, double d)
 {
-	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
-	char		digits[DOUBLE_SHORTEST_DECIMAL_LEN];
-	int			ndigits = 0;
-	int			point = 0;		/* digits before the decimal point */
-	bool		seen_point = false;
+	char		digits[32];
 	int			exponent;
-	char	   *c;
+	int			ndigits;
+	int			point;			/* digits before the decimal point */
 
 	if (d == 0)
 	{
 		appendStringInfoString(out, signbit(d) ? "-0.0" : "0.0");
 		return;
 	}
-	double_to_shortest_decimal_buf(d, buf);
-	c = buf;
-	if (*c == '-')
+	if (d < 0)
 	{
 		appendStringInfoChar(out, '-');
-		c++;
+		d = -d;
 	}
-	for (; *c && *c != 'e' && *c != 'E'; c++)
-	{
-		if (*c == '.')
-			seen_point = true;
-		else if (ndigits == 0 && *c == '0')
-		{
-			/* a leading zero: moves the point */
-			if (seen_point)
-				point--;
-		}
-		else
-		{
-			digits[ndigits++] = *c;
-			if (!seen_point)
-				point++;
-		}
-	}
-	if (*c == 'e' || *c == 'E')
-		point += atoi(c + 1);
-	while (ndigits > 1 && digits[ndigits - 1] == '0')
-		ndigits--;
-	exponent = point - 1;		/* d = 0.digits * 10^point */
+	ndigits = java_digits(d, digits, &exponent);
+	point = exponent + 1;
 
 	if (exponent >= -3 && exponent < 7)
 	{
@@ -235,35 +237,24 @@ take(Parser *p, char c)
 	return false;
 }
 
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
+/* Four hex digits (a \u escape's), or -1. */
 static int
 parse_hex4(Parser *p)
 {
-	int			v = 0;
+	char		digits[5];
+	char	   *end;
+	long		v;
 
 	if (p->pos + 4 > p->len)
 		return -1;
+	memcpy(digits, p->s + p->pos, 4);
+	digits[4] = '\0';
 	for (int i = 0; i < 4; i++)
-	{
-		int			h = hex_value(p->s[p->pos + i]);
-
-		if (h < 0)
+		if (!isxdigit((unsigned char) digits[i]))
 			return -1;
-		v = v * 16 + h;
-	}
+	v = strtol(digits, &end, 16);
 	p->pos += 4;
-	return v;
+	return (int) v;
 }
 
 /* A string's value, unescaped, into out (the opening quote taken). */

@@ -15,7 +15,7 @@
 /* A string as the converter quotes and escapes it. */
 extern void connect_json_string(StringInfo out, const char *s, int len);
 
-/* A double as Java prints it (Double.toString, shortest digits). */
+/* A double as Java 19 and later print it (Double.toString). */
 extern void connect_json_double(StringInfo out, double d);
 
 /* Bytes as the converter writes them: base64 in a JSON string. */

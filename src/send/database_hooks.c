@@ -21,12 +21,16 @@
  *   one), in a DO block or in a procedure.
  *   Only a statement that can succeed does this: by a role allowed to run
  *   it, where PostgreSQL runs it, so no role can stop delivery at will.
+ * - CREATE TRIGGER of outbox_debezium(), once it made the trigger, has its
+ *   options checked against the table (debezium.c), so that bad ones fail
+ *   the CREATE TRIGGER rather than the first insert.
  * - COMMIT PREPARED, once it made a prepared transaction's events visible,
  *   wakes the database's workers: the backend that sent them (if it is
  *   still there) hears nothing of it (registry.c, "prepared transactions").
  */
 #include "send/database_hooks.h"
 #include "compat.h"
+#include "send/debezium.h"
 #include "settings.h"
 #include "shared/inbox.h"
 #include "shared/pauses.h"
@@ -257,6 +261,8 @@ outbox_utility_hook(PlannedStmt *pstmt, const char *queryString,
 	created_extension |= creates_outbox;
 	if (outbox_slots_available() && node != NULL && IsA(node, CreatedbStmt))
 		created_database = true;
+	if (node != NULL && IsA(node, CreateTrigStmt))
+		outbox_debezium_check_created((CreateTrigStmt *) node);
 	if (node != NULL && IsA(node, TransactionStmt) &&
 		((TransactionStmt *) node)->kind == TRANS_STMT_COMMIT_PREPARED &&
 		outbox_prepared_events_ended())

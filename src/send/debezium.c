@@ -28,16 +28,23 @@
  * outbox_send_event()'s, the one owner of it (send.c).
  *
  * The options are resolved against the table once per statement (kept in
- * the trigger's FmgrInfo, which lives as long as the statement), and a bad
- * one is refused at the first row.
+ * the trigger's FmgrInfo, which lives as long as the statement); a bad one
+ * is refused by CREATE TRIGGER (the utility hook calls
+ * outbox_debezium_check_created(), where the library is preloaded), and
+ * at the first row in any case (the table may have changed since).
  */
-#include "send/send.h"
+#include "send/debezium.h"
 #include "send/connect_json.h"
+#include "send/send.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "parser/parse_func.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "lib/stringinfo.h"
@@ -47,6 +54,7 @@
 #include "utils/timestamp.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(outbox_debezium);
@@ -118,9 +126,9 @@ typedef struct RouterOptions
 	const char *route_topic_replacement;
 	bool		tombstone_on_empty;
 	bool		expand_json;
-	bool		null_as_bytes;
-	bool		missing_ignored;
-	InvalidOp	invalid_op;
+	int			null_as_bytes;	/* table.json.payload.null.behavior: 1 optional_bytes */
+	int			missing_ignored;	/* table.field.additional.missing: 1 ignore */
+	int			invalid_op;		/* an InvalidOp */
 	Converter	key_converter;
 	Converter	value_converter;
 	bool		delete_row;
@@ -162,15 +170,21 @@ refuse(TriggerData *trigdata, int code, const char *message, const char *hint)
 #define OPTIONS_HINT "outbox_debezium() takes Debezium's outbox router options as name=value arguments: see docs/debezium.md."
 
 static void
+refuse_event(TriggerData *trigdata)
+{
+	refuse(trigdata, ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+		   "outbox_debezium() must be fired AFTER INSERT FOR EACH ROW",
+		   "CREATE TRIGGER ... AFTER INSERT ON ... FOR EACH ROW EXECUTE FUNCTION outbox_debezium().");
+}
+
+static void
 check_trigger_event(TriggerData *trigdata)
 {
 	TriggerEvent event = trigdata->tg_event;
 
 	if (!TRIGGER_FIRED_FOR_ROW(event) || !TRIGGER_FIRED_AFTER(event) ||
 		TRIGGER_FIRED_BY_TRUNCATE(event))
-		refuse(trigdata, ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-			   "outbox_debezium() must be fired AFTER INSERT FOR EACH ROW",
-			   "CREATE TRIGGER ... AFTER INSERT ON ... FOR EACH ROW EXECUTE FUNCTION outbox_debezium().");
+		refuse_event(trigdata);
 }
 
 /* ---- the options -------------------------------------------------------- */
@@ -223,6 +237,25 @@ require_false(TriggerData *trigdata, const char *name, const char *value)
 			   "pg_outbox writes the converters' bytes with schemas disabled only: see docs/debezium.md.");
 }
 
+/* The position of value among an option's words (NULL-ended), any case. */
+static int
+choose(TriggerData *trigdata, const char *name, const char *value, const char *const *words)
+{
+	StringInfoData list;
+
+	initStringInfo(&list);
+	for (int i = 0; words[i] != NULL; i++)
+	{
+		if (pg_strcasecmp(value, words[i]) == 0)
+			return i;
+		appendStringInfo(&list, "%s%s", i > 0 ? ", " : "", words[i]);
+	}
+	refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
+		   psprintf("outbox_debezium() option \"%s\" must be one of %s, not \"%s\"",
+					name, list.data, value), NULL);
+	return 0;					/* keep compiler quiet */
+}
+
 /* One name=value argument into *o; false if the name is unknown. */
 static bool
 set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char *value)
@@ -252,6 +285,20 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"table.expand.json.payload", offsetof(RouterOptions, expand_json)},
 		{"outbox.delete.after.capture", offsetof(RouterOptions, delete_row)},
 	};
+	/* a value's position among its option's words is the value set */
+	static const struct
+	{
+		const char *name;
+		size_t		offset;
+		const char *values[4];
+	}			choices[] = {
+		{"table.op.invalid.behavior", offsetof(RouterOptions, invalid_op),
+		{"warn", "error", "fatal", NULL}},
+		{"table.json.payload.null.behavior", offsetof(RouterOptions, null_as_bytes),
+		{"ignore", "optional_bytes", NULL}},
+		{"table.field.additional.missing", offsetof(RouterOptions, missing_ignored),
+		{"error", "ignore", NULL}},
+	};
 
 	for (size_t i = 0; i < lengthof(strings); i++)
 		if (strcmp(name, strings[i].name) == 0)
@@ -268,42 +315,14 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 								name, value), NULL);
 			return true;
 		}
-	if (strcmp(name, "table.op.invalid.behavior") == 0)
-	{
-		if (pg_strcasecmp(value, "warn") == 0)
-			o->invalid_op = INVALID_OP_WARN;
-		else if (pg_strcasecmp(value, "error") == 0)
-			o->invalid_op = INVALID_OP_ERROR;
-		else if (pg_strcasecmp(value, "fatal") == 0)
-			o->invalid_op = INVALID_OP_FATAL;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be warn, error or fatal, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "table.json.payload.null.behavior") == 0)
-	{
-		if (pg_strcasecmp(value, "ignore") == 0)
-			o->null_as_bytes = false;
-		else if (pg_strcasecmp(value, "optional_bytes") == 0)
-			o->null_as_bytes = true;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be ignore or optional_bytes, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "table.field.additional.missing") == 0)
-	{
-		if (pg_strcasecmp(value, "error") == 0)
-			o->missing_ignored = false;
-		else if (pg_strcasecmp(value, "ignore") == 0)
-			o->missing_ignored = true;
-		else
-			refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
-				   psprintf("outbox_debezium() option \"%s\" must be error or ignore, not \"%s\"",
-							name, value), NULL);
-	}
-	else if (strcmp(name, "key.converter") == 0)
+	for (size_t i = 0; i < lengthof(choices); i++)
+		if (strcmp(name, choices[i].name) == 0)
+		{
+			*(int *) ((char *) o + choices[i].offset) =
+				choose(trigdata, name, value, choices[i].values);
+			return true;
+		}
+	if (strcmp(name, "key.converter") == 0)
 		o->key_converter = parse_converter(trigdata, name, value, false);
 	else if (strcmp(name, "value.converter") == 0)
 		o->value_converter = parse_converter(trigdata, name, value, true);
@@ -1063,6 +1082,50 @@ unexpected_update(TriggerData *trigdata, Router *r)
 			 errhint("table.op.invalid.behavior=%s",
 					 r->o.invalid_op == INVALID_OP_WARN ? "warn" :
 					 r->o.invalid_op == INVALID_OP_ERROR ? "error" : "fatal")));
+}
+
+/*
+ * The trigger CREATE TRIGGER just made, checked as its first row would
+ * check it: its timing and level, its options against the table (locked
+ * by CREATE TRIGGER, whose rights were checked).
+ */
+void
+outbox_debezium_check_created(CreateTrigStmt *stmt)
+{
+	Oid			func = LookupFuncName(stmt->funcname, 0, NULL, true);
+	FmgrInfo	flinfo;
+	Trigger		trigger;
+	TriggerData trigdata;
+	MemoryContext context;
+	MemoryContext old;
+
+	if (!OidIsValid(func))
+		return;
+	fmgr_info(func, &flinfo);
+	if (flinfo.fn_addr != outbox_debezium)
+		return;
+
+	memset(&trigger, 0, sizeof(trigger));
+	memset(&trigdata, 0, sizeof(trigdata));
+	trigger.tgname = stmt->trigname;
+	trigger.tgnargs = list_length(stmt->args);
+	trigger.tgargs = palloc(sizeof(char *) * Max(trigger.tgnargs, 1));
+	for (int i = 0; i < trigger.tgnargs; i++)
+		trigger.tgargs[i] = strVal(list_nth(stmt->args, i));
+	trigdata.type = T_TriggerData;
+	trigdata.tg_trigger = &trigger;
+	trigdata.tg_relation = table_open(RangeVarGetRelid(stmt->relation, NoLock, false), NoLock);
+
+	if (!stmt->row || stmt->timing != TRIGGER_TYPE_AFTER ||
+		(stmt->events & TRIGGER_TYPE_INSERT) == 0 || (stmt->events & TRIGGER_TYPE_TRUNCATE) != 0)
+		refuse_event(&trigdata);
+	context = AllocSetContextCreate(CurrentMemoryContext, "outbox_debezium check",
+									ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(context);
+	(void) resolve_router(&trigdata);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(context);
+	table_close(trigdata.tg_relation, NoLock);
 }
 
 static void

@@ -1,8 +1,9 @@
 --
 -- debezium: outbox_debezium(), Debezium's outbox router as a trigger. Each
--- misuse of its arguments is refused at the first row, with the message
--- and SQLSTATE (printed by \echo after the error); a refused row is not
--- inserted. Then what one row stores (topic, key, value, headers,
+-- misuse of its arguments is refused by CREATE TRIGGER (the library is
+-- preloaded), with the message and SQLSTATE (printed by \echo after the
+-- error), and at the first row when the table changed since; a refused
+-- row is not inserted. Then what one row stores (topic, key, value, headers,
 -- partition, time) and outbox_send()'s partition argument.
 --
 -- The temp instance runs with outbox.enabled = off: the events stay in
@@ -85,13 +86,25 @@ SELECT try('route.topic.replacement=bad topic');
 -- nothing was stored by the refused rows
 SELECT count(*) AS rows, (SELECT count(*) FROM dbz.outbox) AS events FROM outboxevent;
 
--- a BEFORE trigger, a statement trigger: refused
+-- a BEFORE trigger, a statement trigger, one that never fires on INSERT:
+-- refused; called as a function: refused
 CREATE TRIGGER b BEFORE INSERT ON outboxevent FOR EACH ROW EXECUTE FUNCTION dbz.outbox_debezium();
-INSERT INTO outboxevent VALUES (gen_random_uuid(), 'Order', 'o-1', 'x', '{}');
 \echo :LAST_ERROR_SQLSTATE
-DROP TRIGGER b ON outboxevent;
+CREATE TRIGGER b AFTER INSERT ON outboxevent EXECUTE FUNCTION dbz.outbox_debezium();
+\echo :LAST_ERROR_SQLSTATE
+CREATE TRIGGER b AFTER UPDATE ON outboxevent FOR EACH ROW EXECUTE FUNCTION dbz.outbox_debezium();
+\echo :LAST_ERROR_SQLSTATE
 SELECT dbz.outbox_debezium();
 \echo :LAST_ERROR_SQLSTATE
+-- a column dropped after CREATE TRIGGER: refused at the first row
+CREATE TABLE shrinking (id uuid, aggregatetype text, aggregateid text, payload jsonb, tag text);
+CREATE TRIGGER s AFTER INSERT ON shrinking FOR EACH ROW
+    EXECUTE FUNCTION dbz.outbox_debezium('table.fields.additional.placement=tag:header');
+ALTER TABLE shrinking DROP COLUMN tag;
+INSERT INTO shrinking VALUES (gen_random_uuid(), 'Order', 'o-1', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows FROM shrinking;
+DROP TABLE shrinking;
 \set VERBOSITY default
 
 -- one row, stored: the record as the worker will send it
