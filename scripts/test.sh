@@ -87,6 +87,9 @@ ensure_kafka_jars
 ensure_xa_jars
 ensure_newer_librdkafka
 ensure_registry_tools
+# Debezium's jars only when asked: t/120 and t/121 put pg_outbox beside
+# Debezium itself (OUTBOX_TEST_DEBEZIUM=1; skipped otherwise)
+[ -z "${OUTBOX_TEST_DEBEZIUM:-}" ] || ensure_debezium_jars
 make_workdir
 # a test killed hard cannot stop its brokers: whatever still runs from the
 # copy of the tree is stopped with it
