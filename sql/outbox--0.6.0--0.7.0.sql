@@ -122,42 +122,25 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_topic_schema(text, text, text, integer
 ALTER TABLE @extschema@.outbox ADD COLUMN partition integer;
 ALTER TABLE @extschema@.outbox_dead_letter ADD COLUMN partition integer;
 
--- outbox_send() takes the partition as a fifth argument. A function's
--- arguments cannot change in place and an overload beside it would make
--- every call ambiguous: each variant is dropped and created again, and
--- the EXECUTE grants the application's roles had on it are given again
--- (kept across the statements in a setting local to this transaction).
-SELECT pg_catalog.set_config('pg_outbox_upgrade.acl_' OPERATOR(pg_catalog.||) v.name,
-                             coalesce(p.proacl::text, ''), true)
-FROM (VALUES ('jsonb', '@extschema@.outbox_send(text, jsonb, text, jsonb)'),
-             ('text', '@extschema@.outbox_send(text, text, text, jsonb)'),
-             ('bytea', '@extschema@.outbox_send(text, bytea, bytea, jsonb)')) v(name, signature)
-JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.signature::pg_catalog.regprocedure;
-
-DROP FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb);
-DROP FUNCTION @extschema@.outbox_send(text, text, text, jsonb);
-DROP FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb);
-
-CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb,
-                                        key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+-- The partition chosen by the sender (0.7.0): an overload of each variant
+-- with all five arguments, none defaulted, so that every call of two to
+-- four arguments still means the four-argument function it meant before.
+-- The four-argument ones are never replaced: the EXECUTE an application
+-- was granted on them, and whatever calls them, stays as it was.
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb, key text,
+                                        headers jsonb, partition integer)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_jsonb'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-CREATE FUNCTION @extschema@.outbox_send(topic text, payload text,
-                                        key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload text, key text,
+                                        headers jsonb, partition integer)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_text'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea,
-                                        key bytea DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea, key bytea,
+                                        headers jsonb, partition integer)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_bytea'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -165,30 +148,6 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb, integer) FROM PUBLIC;
-
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN
-        SELECT v.signature, a.grantee, a.is_grantable
-        FROM (VALUES ('jsonb', '@extschema@.outbox_send(text, jsonb, text, jsonb, integer)'),
-                     ('text', '@extschema@.outbox_send(text, text, text, jsonb, integer)'),
-                     ('bytea', '@extschema@.outbox_send(text, bytea, bytea, jsonb, integer)'))
-             v(name, signature)
-        CROSS JOIN LATERAL pg_catalog.aclexplode(NULLIF(pg_catalog.current_setting(
-            'pg_outbox_upgrade.acl_' OPERATOR(pg_catalog.||) v.name), '')::pg_catalog.aclitem[]) a
-        JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) v.signature::pg_catalog.regprocedure
-        WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
-          AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', g.signature,
-            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(g.grantee::pg_catalog.regrole::text) END,
-            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$$;
 
 -- Dead letters put back keep the partition their sender chose.
 CREATE OR REPLACE FUNCTION @extschema@.outbox_dead_letter_retry(ids bigint[] DEFAULT NULL)

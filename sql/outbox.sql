@@ -104,24 +104,44 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.outbox_dead_letter', '')
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb,
                                         key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_jsonb'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload text,
                                         key text DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_text'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea,
                                         key bytea DEFAULT NULL,
-                                        headers jsonb DEFAULT NULL,
-                                        partition integer DEFAULT NULL)
+                                        headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_bytea'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The partition chosen by the sender (0.7.0): an overload of each variant
+-- with all five arguments, none defaulted, so that every call of two to
+-- four arguments still means the four-argument function it meant before.
+-- The four-argument ones are never replaced: the EXECUTE an application
+-- was granted on them, and whatever calls them, stays as it was.
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload jsonb, key text,
+                                        headers jsonb, partition integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_jsonb'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload text, key text,
+                                        headers jsonb, partition integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'outbox_send_text'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, payload bytea, key bytea,
+                                        headers jsonb, partition integer)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'outbox_send_bytea'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -197,6 +217,9 @@ $$;
 
 -- Nothing is granted to PUBLIC: an application role needs EXECUTE on the
 -- outbox_send() it calls (see the README), and no right on the tables.
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, jsonb, text, jsonb, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, text, jsonb, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, bytea, bytea, jsonb, integer) FROM PUBLIC;

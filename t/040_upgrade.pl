@@ -54,9 +54,9 @@ UNION ALL
 SELECT format('constraint %s.%s %s', c.conrelid::regclass, c.conname, pg_get_constraintdef(c.oid))
 FROM members m JOIN pg_constraint c ON m.classid = 'pg_class'::regclass AND c.conrelid = m.objid
 UNION ALL
-SELECT format('function %s returns %s volatile=%s secdef=%s config=%s acl=%s body=%s',
-              p.oid::regprocedure, p.prorettype::regtype, p.provolatile, p.prosecdef,
-              p.proconfig, p.proacl, md5(p.prosrc))
+SELECT format('function %s (%s) returns %s volatile=%s secdef=%s config=%s acl=%s body=%s',
+              p.oid::regprocedure, pg_get_function_arguments(p.oid), p.prorettype::regtype,
+              p.provolatile, p.prosecdef, p.proconfig, p.proacl, md5(p.prosrc))
 FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
 UNION ALL
 SELECT 'dumped ' || array_to_string(ARRAY(SELECT unnest(extconfig)::regclass::text ORDER BY 1), ',')
@@ -69,8 +69,9 @@ $node->safe_psql('fresh', 'CREATE EXTENSION outbox');
 my $fresh = $node->safe_psql('fresh', $catalog_sql);
 like($fresh, qr/outbox_status/, 'the fresh catalog lists the current objects');
 
-# An application role's EXECUTE on outbox_send() must survive the update
-# that gives outbox_send() its partition argument (0.7.0).
+# An application role's EXECUTE on outbox_send() survives the update that
+# adds the partition (0.7.0) as it was: the function is not replaced, and
+# the grant stays the application's, so pg_dump keeps it.
 $node->safe_psql('postgres', 'CREATE ROLE upgrade_app');
 
 for my $version (@from)
@@ -84,24 +85,42 @@ for my $version (@from)
 
 	$node->safe_psql('postgres',
 		'GRANT EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb) TO upgrade_app');
+	# an application's function bound to it (a dependency: DROP would refuse)
+	$node->safe_psql('postgres', q{CREATE FUNCTION app_send(p jsonb) RETURNS bigint
+		LANGUAGE sql BEGIN ATOMIC SELECT outbox_send('upgrade', p, 'g'); END});
+	my $oid_sql = q{SELECT 'outbox_send(text, jsonb, text, jsonb)'::regprocedure::oid};
+	my $oid = $node->safe_psql('postgres', $oid_sql);
 
 	$node->safe_psql('postgres', 'ALTER EXTENSION outbox UPDATE');
 	is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'outbox'"),
 		$current, "$version: updated to $current");
+	is($node->safe_psql('postgres', $oid_sql), $oid,
+		"$version: outbox_send(jsonb) is the same function after the update");
 	is($node->safe_psql('postgres', q{
 		SELECT string_agg(p.oid::regprocedure::text, ',' ORDER BY 1) FROM pg_proc p
 		WHERE p.proname = 'outbox_send' AND has_function_privilege('upgrade_app', p.oid, 'EXECUTE')}),
-		'outbox_send(text,jsonb,text,jsonb,integer)',
+		'outbox_send(text,jsonb,text,jsonb)',
 		"$version: the application role's EXECUTE on outbox_send(jsonb) survives, on that variant only");
-	# given by the update script: PostgreSQL counts it as the extension's (docs/sending.md)
 	is($node->safe_psql('postgres', q{
-		SELECT count(*) FROM pg_init_privs
-		WHERE objoid = 'outbox_send(text, jsonb, text, jsonb, integer)'::regprocedure
-		  AND initprivs::text LIKE '%upgrade_app%'}), '1',
-		"$version: the grant given back is among the extension's initial privileges");
-	# sent as the role, with a partition
+		SELECT count(*) FROM pg_init_privs i, aclexplode(i.initprivs) a
+		WHERE a.grantee = 'upgrade_app'::regrole}), '0',
+		"$version: the role's grant is not among the extension's initial privileges");
+	my ($dump, $dump_err) = run_command(
+		[ 'pg_dump', '--schema-only', '-d', $node->connstr('postgres') ]);
+	diag($dump_err) if $dump_err;
+	like($dump,
+		qr/^GRANT (?:ALL|EXECUTE) ON FUNCTION public\.outbox_send\(topic text, payload jsonb, key text, headers jsonb\) TO upgrade_app;$/m,
+		"$version: pg_dump keeps the role's grant");
+	# sent as the role as before, through its function; the partition is granted apart
 	$node->safe_psql('postgres', q{SET ROLE upgrade_app;
-		SELECT outbox_send('upgrade', '{"granted": true}'::jsonb, 'g', partition => 1)});
+		SELECT app_send('{"granted": 4}')});
+	$node->safe_psql('postgres', 'DROP FUNCTION app_send(jsonb)');
+	$node->safe_psql('postgres',
+		'GRANT EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb, integer) TO upgrade_app');
+	$node->safe_psql('postgres', q{SET ROLE upgrade_app;
+		SELECT outbox_send('upgrade', '{"granted": 5}'::jsonb, 'g', NULL, 1)});
+	$node->safe_psql('postgres',
+		'REVOKE EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb) FROM upgrade_app');
 	$node->safe_psql('postgres',
 		'REVOKE EXECUTE ON FUNCTION outbox_send(text, jsonb, text, jsonb, integer) FROM upgrade_app');
 	my $updated = $node->safe_psql('postgres', $catalog_sql);
@@ -112,11 +131,13 @@ for my $version (@from)
 	ok(wait_for_empty($node, 60), "$version: the events sent before the update are delivered");
 	my @all = @{ consume($broker, $topic) };
 	my @got = grep { $_->{value} =~ /^from-\Q$version\E-/ } @all;
-	my @granted = grep { $_->{value} eq '{"granted": true}' && $_->{headers}{'outbox-instance'} eq
-		$node->safe_psql('postgres', 'SELECT id FROM outbox_instance') } @all;
-	is(scalar @granted, 1, "$version: the role's event after the update arrived");
-	is($granted[0]{partition}, 1, "$version: in the partition it chose");
 	my $instance = $node->safe_psql('postgres', 'SELECT id FROM outbox_instance');
+	my @mine = grep { ($_->{headers}{'outbox-instance'} // '') eq $instance } @all;
+	my @granted = grep { $_->{value} eq '{"granted": 4}' } @mine;
+	my @placed = grep { $_->{value} eq '{"granted": 5}' } @mine;
+	is(scalar @granted, 1, "$version: the role's event after the update arrived");
+	is(scalar @placed, 1, "$version: and its event with a partition");
+	is($placed[0]{partition}, 1, "$version: in the partition it chose");
 	my $tagged = grep { ($_->{headers}{'outbox-instance'} // '') eq $instance } @got;
 	diag(sprintf('FIGURES upgrade %s->%s: sent=20 delivered=%d with_instance=%d catalog_equal=%d',
 			$version, $current, scalar @got, $tagged, $updated eq $fresh ? 1 : 0));

@@ -3,7 +3,7 @@
 # read back with kcat byte for byte (topic, partition, key, value, headers,
 # timestamp): with the router's defaults, and with each option set another
 # way. In the 'envelope' message format, which these records ignore. Then
-# the partition chosen by the sender (outbox_send(..., partition => N)):
+# the partition chosen by the sender (outbox_send()'s fifth argument):
 # its order, a partition the topic lacks (a dead letter, the shard goes on),
 # a dead letter put back keeping its partition, and exactly-once delivery.
 use strict;
@@ -202,17 +202,18 @@ $node->reload;
 # One key to partition 2, then to partition 0: each partition has its
 # events in commit order; across the two, no order.
 $node->safe_psql('postgres', q{
-SELECT outbox_send('sent', 'p2-' || i, 'k', partition => 2) FROM generate_series(1, 20) i;
-SELECT outbox_send('sent', 'p0-' || i, 'k', partition => 0) FROM generate_series(1, 20) i;
+SELECT outbox_send('sent', 'p2-' || i, 'k', NULL, 2) FROM generate_series(1, 20) i;
+SELECT outbox_send(topic => 'sent', payload => 'p0-' || i, key => 'k', headers => NULL, partition => 0)
+FROM generate_series(1, 20) i;
 SELECT outbox_send('sent', 'none-' || i, 'k') FROM generate_series(1, 5) i;
-SELECT outbox_send('sent', 'far', 'k2', partition => 7);
+SELECT outbox_send('sent', 'far', 'k2', NULL, 7);
 });
 ok(wait_for_empty($node, 60), 'the partitioned events leave the outbox (one as a dead letter)');
 my $sent = consume($broker, 'sent');
 my @p2 = map { $_->{value} } grep { $_->{partition} == 2 && $_->{value} =~ /^p2-/ } @$sent;
 my @p0 = map { $_->{value} } grep { $_->{partition} == 0 && $_->{value} =~ /^p0-/ } @$sent;
-is_deeply(\@p2, [ map { "p2-$_" } 1 .. 20 ], 'partition => 2: all there, in commit order');
-is_deeply(\@p0, [ map { "p0-$_" } 1 .. 20 ], 'partition => 0: all there, in commit order');
+is_deeply(\@p2, [ map { "p2-$_" } 1 .. 20 ], 'partition 2: all there, in commit order');
+is_deeply(\@p0, [ map { "p0-$_" } 1 .. 20 ], 'partition 0: all there, in commit order');
 is(scalar(grep { $_->{value} =~ /^none-/ && $_->{partition} == kafka_partition('k', 3) } @$sent), 5,
 	'without a partition the key decides');
 is($node->safe_psql('postgres', q{SELECT partition || ' ' || attempts || ' ' || last_error FROM outbox_dead_letter}),

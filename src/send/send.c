@@ -535,8 +535,8 @@ bytes_to_bytea(const char *data, Size len)
 
 /*
  * The partition argument (the fifth, from 0.7.0): NULL leaves the choice
- * to the partitioner. A library newer than the installed SQL functions
- * (before ALTER EXTENSION UPDATE) is called with four.
+ * to the partitioner. The same entry point serves the four-argument
+ * outbox_send() kept from earlier versions, called with four.
  */
 static OutboxSendExtras
 partition_argument(FunctionCallInfo fcinfo)

@@ -116,8 +116,8 @@ SELECT topic, convert_from(key, 'UTF8') AS key, convert_from(payload, 'UTF8') AS
 FROM dbz.outbox;
 
 -- outbox_send()'s partition
-SELECT dbz.outbox_send('t', 'x', partition => 2) > 0 AS sent;
-SELECT dbz.outbox_send('t', 'x', partition => -1);
+SELECT dbz.outbox_send('t', 'x', NULL, NULL, 2) > 0 AS sent;
+SELECT dbz.outbox_send('t', 'x', NULL, NULL, -1);
 SELECT partition FROM dbz.outbox WHERE topic = 't';
 
 DROP FUNCTION try(text[]);

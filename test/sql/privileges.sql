@@ -61,9 +61,9 @@ SELECT (SELECT count(*) FROM events.outbox) AS outbox,
        (SELECT count(*) FROM events.outbox_dead_letter) AS dead_letters;
 
 --
--- EXECUTE on outbox_send(text, jsonb, text, jsonb, integer) is enough to send.
+-- EXECUTE on outbox_send(text, jsonb, text, jsonb) is enough to send.
 --
-GRANT EXECUTE ON FUNCTION events.outbox_send(text, jsonb, text, jsonb, integer) TO regress_outbox_app;
+GRANT EXECUTE ON FUNCTION events.outbox_send(text, jsonb, text, jsonb) TO regress_outbox_app;
 SET ROLE regress_outbox_app;
 SELECT events.outbox_send('orders', '{"n": 1}'::jsonb, 'k', '{"by": "app"}');
 -- also in a transaction, and the rolled-back one leaves nothing
@@ -77,6 +77,9 @@ ROLLBACK;
 SELECT events.outbox_send('orders', 'x'::text);
 \echo :LAST_ERROR_SQLSTATE
 SELECT events.outbox_send('orders', '\x00'::bytea);
+\echo :LAST_ERROR_SQLSTATE
+-- nor is the one with a partition (0.7.0): it is granted apart
+SELECT events.outbox_send('orders', '{"n": 4}'::jsonb, 'k', NULL, 1);
 \echo :LAST_ERROR_SQLSTATE
 -- and the tables and sequence stay out of reach
 SELECT * FROM events.outbox;
@@ -99,8 +102,13 @@ SELECT events.outbox_dead_letter_retry();
 SELECT events.outbox_dead_letter_purge(interval '1 hour');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- granted, it sends with a partition
+GRANT EXECUTE ON FUNCTION events.outbox_send(text, jsonb, text, jsonb, integer) TO regress_outbox_app;
+SET ROLE regress_outbox_app;
+SELECT events.outbox_send('orders', '{"n": 5}'::jsonb, 'k', NULL, 1);
+RESET ROLE;
 -- the rows sent by the role landed (the rolled-back one did not)
-SELECT id, topic, convert_from(payload, 'UTF8') AS payload, headers, shard, attempts
+SELECT id, topic, convert_from(payload, 'UTF8') AS payload, headers, shard, attempts, partition
 FROM events.outbox ORDER BY id;
 SELECT count(*) AS dead_letters FROM events.outbox_dead_letter;
 

@@ -240,7 +240,7 @@ SELECT sr.outbox_send('orders', '{}'::jsonb);
 --
 CREATE ROLE regress_schema_app;
 GRANT USAGE ON SCHEMA sr TO regress_schema_app;
-GRANT EXECUTE ON FUNCTION sr.outbox_send(text, jsonb, text, jsonb, integer) TO regress_schema_app;
+GRANT EXECUTE ON FUNCTION sr.outbox_send(text, jsonb, text, jsonb) TO regress_schema_app;
 SET ROLE regress_schema_app;
 SELECT * FROM sr.outbox_topic_schema;
 \echo :LAST_ERROR_SQLSTATE

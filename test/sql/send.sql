@@ -42,7 +42,8 @@ ORDER BY c.relname;
 SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace) AS public_relations,
        (SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace) AS public_functions;
 
--- the signatures: three overloads returning bigint, key and headers optional
+-- the signatures: three overloads returning bigint, key and headers optional,
+-- and the same three with a partition (0.7.0), every argument required
 SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) AS arguments,
        p.prorettype::regtype AS returns
 FROM pg_proc p
@@ -217,6 +218,64 @@ PREPARE TRANSACTION 'regress_outbox_rollback';
 ROLLBACK PREPARED 'regress_outbox_rollback';
 SELECT count(*) AS rows FROM app.outbox WHERE topic = 'prepared.rolled_back';
 SELECT count(*) AS prepared FROM pg_prepared_xacts;
+
+--
+-- The partition (0.7.0) is an overload with five arguments and no
+-- defaults: a call of two to four arguments resolves, as before 0.7.0, to
+-- the four-argument function (the one an application was granted), never
+-- ambiguously; a partition needs all five. resolved() names the function
+-- a call binds to (a view's dependency) and stores the call's event.
+--
+CREATE FUNCTION pg_temp.resolved(call text, OUT function regprocedure,
+                                 OUT payload_type "char", OUT key bytea, OUT partition integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    sent bigint;
+BEGIN
+    EXECUTE 'CREATE TEMP VIEW resolving AS SELECT ' || call;
+    SELECT d.refobjid INTO function FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+    WHERE d.classid = 'pg_rewrite'::regclass AND r.ev_class = 'resolving'::regclass
+      AND d.refclassid = 'pg_proc'::regclass;
+    DROP VIEW resolving;
+    EXECUTE 'SELECT ' || call INTO sent;
+    SELECT o.payload_type, o.key, o.partition INTO payload_type, key, partition
+    FROM app.outbox o WHERE o.id = sent;
+END
+$$;
+
+SELECT c.call, r.*
+FROM (VALUES
+    -- positional, untyped literals and NULLs
+    ($$app.outbox_send('p', 'x')$$),
+    ($$app.outbox_send('p', 'x', 'k')$$),
+    ($$app.outbox_send('p', 'x', 'k', NULL)$$),
+    ($$app.outbox_send('p', NULL, 'k')$$),
+    ($$app.outbox_send('p', NULL, 'k', NULL)$$),
+    ($$app.outbox_send('p', 'x', 'k', NULL, 2)$$),
+    ($$app.outbox_send('p', NULL, 'k', NULL, NULL)$$),
+    -- positional, each payload type
+    ($$app.outbox_send('p', '{}'::jsonb)$$),
+    ($$app.outbox_send('p', '{}'::jsonb, 'k', '{}')$$),
+    ($$app.outbox_send('p', '{}'::jsonb, 'k', NULL, 1)$$),
+    ($$app.outbox_send('p', 'x'::text, NULL)$$),
+    ($$app.outbox_send('p', 'x'::text, 'k', '{}', 1)$$),
+    ($$app.outbox_send('p', '\x01'::bytea, '\x02')$$),
+    ($$app.outbox_send('p', '\x01'::bytea, NULL, NULL)$$),
+    ($$app.outbox_send('p', '\x01'::bytea, '\x02', NULL, 0)$$),
+    -- named notation, each payload type
+    ($$app.outbox_send(topic => 'p', payload => 'x')$$),
+    ($$app.outbox_send(topic => 'p', payload => 'x', headers => NULL)$$),
+    ($$app.outbox_send(topic => 'p', payload => '{}'::jsonb, key => 'k')$$),
+    ($$app.outbox_send(topic => 'p', payload => '\x01'::bytea, headers => '{}')$$),
+    ($$app.outbox_send(topic => 'p', payload => 'x', key => 'k', headers => NULL, partition => 3)$$),
+    ($$app.outbox_send(partition => 3, headers => NULL, key => 'k', payload => '{}'::jsonb, topic => 'p')$$),
+    ($$app.outbox_send(topic => 'p', payload => '\x01'::bytea, key => NULL, headers => NULL, partition => 3)$$),
+    ($$app.outbox_send('p', '\x01'::bytea, key => '\x02', headers => NULL, partition => NULL)$$)
+) c(call), LATERAL pg_temp.resolved(c.call) r;
+
+-- a partition without key and headers matches no function
+SELECT app.outbox_send('p', 'x', partition => 2);
+SELECT app.outbox_send('p', '{}'::jsonb, 'k', partition => 2);
 
 --
 -- Clean up: the next test starts without the extension.
