@@ -94,9 +94,13 @@ as_user make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" installcheck || status=$?
 log "TAP: $(echo $TESTS)"
 # PostgreSQL was configured without TAP tests: PGXS's prove_installcheck
 # only says so and its PROVE is empty. A run that does not end in prove's
-# PASS failed.
-as_user make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" prove_installcheck enable_tap_tests=yes \
-  PROVE=prove PROVE_FLAGS="--timer" PROVE_TESTS="$(echo $TESTS)" 2>&1 | tee "$WORK/prove.log" || status=$?
+# PASS failed. TESTDIR: the machine's major's PostgreSQL::Test puts its
+# directories there (16's PGXS sets TESTDATADIR instead); without it they
+# are relative, and a path handed to the server (a data directory, a
+# secrets file) resolves against the server's own directory.
+as_user env TESTDIR="$WORK/tree" make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" prove_installcheck \
+  enable_tap_tests=yes PROVE=prove PROVE_FLAGS="--timer" PROVE_TESTS="$(echo $TESTS)" 2>&1 |
+  tee "$WORK/prove.log" || status=$?
 grep -q '^Result: PASS' "$WORK/prove.log" || [ $status -ne 0 ] || status=1
 if [ $status -ne 0 ]; then
   for f in "$WORK"/tree/tmp_check/log/regress_log_*; do
