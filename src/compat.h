@@ -97,7 +97,7 @@
 	pg_database_ownercheck(dboid, roleid)
 #endif
 
-/* 19: a delete's booleans (a partition change) became options, before the snapshot */
+/* 19: a delete's partition-change boolean became options (first) */
 #if PG_VERSION_NUM >= 190000
 #define compat_table_tuple_delete(rel, tid, cid, snapshot, failure) \
 	table_tuple_delete(rel, tid, cid, 0, snapshot, InvalidSnapshot, true, failure)
@@ -154,13 +154,13 @@
  * returns it from. The caller includes utils/jsonb.h.
  */
 #if PG_VERSION_NUM >= 190000
-#define CompatJsonbBuild JsonbInState
+#define compat_jsonb_build JsonbInState
 #define COMPAT_JSONB_BUILD_INIT {0}
 #define compat_pushJsonbValue(build, token, value) pushJsonbValue(build, token, value)
 #define compat_pushJsonbEnd(build, token) \
 	(pushJsonbValue(build, token, NULL), (build)->result)
 #else
-#define CompatJsonbBuild JsonbParseState *
+#define compat_jsonb_build JsonbParseState *
 #define COMPAT_JSONB_BUILD_INIT NULL
 #define compat_pushJsonbValue(build, token, value) \
 	((void) pushJsonbValue(build, token, value))
@@ -266,6 +266,7 @@ compat_wait_event(OutboxWait wait)
 	((v) >= 180000 || ((v) >= 170000 ? (v) >= 170005 : \
 					   (v) >= 160000 ? (v) >= 160009 : (v) >= 150013))
 #if COMPAT_SYNC_STATUS_SINCE(PG_VERSION_NUM)
+/* the field's type: bits8 until 18 and uint8 from 19, the same type */
 typedef uint8 compat_sync_standbys;
 #define COMPAT_SYNC_STANDBYS_FIELD sync_standbys_status
 /* before the checkpointer publishes it, the setting itself tells */

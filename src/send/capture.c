@@ -511,7 +511,7 @@ sent_columns(TriggerData *trigdata, const CaptureOptions *options)
 static Jsonb *
 make_headers(char op, const char *table, bool with_type)
 {
-	CompatJsonbBuild state = COMPAT_JSONB_BUILD_INIT;
+	compat_jsonb_build state = COMPAT_JSONB_BUILD_INIT;
 	JsonbValue	v;
 	char		letter[2] = {op, '\0'};
 

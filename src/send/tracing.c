@@ -287,7 +287,7 @@ has_header(Jsonb *headers, const char *name)
 }
 
 static void
-push_string(CompatJsonbBuild *state, JsonbIteratorToken token, const char *s)
+push_string(compat_jsonb_build *state, JsonbIteratorToken token, const char *s)
 {
 	JsonbValue	v;
 
@@ -301,7 +301,7 @@ Jsonb *
 outbox_add_trace_context(Jsonb *headers)
 {
 	TraceContext context;
-	CompatJsonbBuild state = COMPAT_JSONB_BUILD_INIT;
+	compat_jsonb_build state = COMPAT_JSONB_BUILD_INIT;
 	JsonbValue *result;
 	bool		add_state;
 
