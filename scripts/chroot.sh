@@ -193,7 +193,9 @@ package_check() {
   cp -r "$ROOT/scripts" "$ROOT/proto" "$RUN/tmp/demo/"
   cp "$DIR$TREE/tools/outbox-broker" "$RUN/tmp/demo/tools/"
   mount_all "$RUN"
-  in_root "$RUN" apt-get install -y -qq "/tmp/$deb" kcat protobuf-compiler \
+  # what make_root downloaded, no more: without recommends (19's would add
+  # its JIT's LLVM), a second run installs offline
+  in_root "$RUN" apt-get install -y -qq --no-install-recommends "/tmp/$deb" kcat protobuf-compiler \
     >"$RUN.apt.log" 2>&1 || { tail -n 30 "$RUN.apt.log"; return 1; }
   in_root "$RUN" dpkg -L "postgresql-$MAJOR-outbox" | grep -E '\.so$|\.control$'
   log "the demo, from the installed package"
