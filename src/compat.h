@@ -1,7 +1,7 @@
 /*
  * compat.h
  *		Every difference between the PostgreSQL majors pg_outbox supports
- *		(15, 16, 17, 18), so that no other file tests PG_VERSION_NUM, and
+ *		(15, 16, 17, 18, 19), so that no other file tests PG_VERSION_NUM, and
  *		the minor releases whose ABI changed under a built library (see
  *		module.c's guard).
  *
@@ -21,8 +21,8 @@
 #include "utils/syscache.h"
 #include "utils/wait_event.h"
 
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
-#error "pg_outbox supports PostgreSQL 15, 16, 17 and 18"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
+#error "pg_outbox supports PostgreSQL 15, 16, 17, 18 and 19"
 #endif
 
 /* 18: the module magic carries a name and version (pg_get_loaded_modules) */
@@ -73,8 +73,14 @@
 	ExecInitRangeTable(estate, list_make1(rte))
 #endif
 
-/* 16: an insert's index entries can be limited to summarizing indexes */
-#if PG_VERSION_NUM >= 160000
+/*
+ * 16: an insert's index entries can be limited to summarizing indexes;
+ * 19: its booleans became flags, after the state
+ */
+#if PG_VERSION_NUM >= 190000
+#define compat_ExecInsertIndexTuples(result, slot, estate) \
+	ExecInsertIndexTuples(result, estate, 0, slot, NIL, NULL)
+#elif PG_VERSION_NUM >= 160000
 #define compat_ExecInsertIndexTuples(result, slot, estate) \
 	ExecInsertIndexTuples(result, slot, estate, false, false, NULL, NIL, false)
 #else
@@ -89,6 +95,76 @@
 #else
 #define compat_database_ownercheck(dboid, roleid) \
 	pg_database_ownercheck(dboid, roleid)
+#endif
+
+/* 19: a delete's partition-change boolean became options (first) */
+#if PG_VERSION_NUM >= 190000
+#define compat_table_tuple_delete(rel, tid, cid, snapshot, failure) \
+	table_tuple_delete(rel, tid, cid, 0, snapshot, InvalidSnapshot, true, failure)
+#else
+#define compat_table_tuple_delete(rel, tid, cid, snapshot, failure) \
+	table_tuple_delete(rel, tid, cid, snapshot, InvalidSnapshot, true, failure, false)
+#endif
+
+/* 19: a sequential scan takes flags of the caller's */
+#if PG_VERSION_NUM >= 190000
+#define compat_table_beginscan(rel, snapshot) table_beginscan(rel, snapshot, 0, NULL, 0)
+#else
+#define compat_table_beginscan(rel, snapshot) table_beginscan(rel, snapshot, 0, NULL)
+#endif
+
+/*
+ * 19: a prepared transaction's dummy PGPROC is found by its full id; ours,
+ * just prepared, is newer than any wraparound horizon. The caller includes
+ * access/twophase.h.
+ */
+#if PG_VERSION_NUM >= 190000
+#define compat_TwoPhaseGetDummyProc(xid, lock_held) \
+	TwoPhaseGetDummyProc(FullTransactionIdFromAllowableAt(ReadNextFullTransactionId(), xid), \
+						 lock_held)
+#else
+#define compat_TwoPhaseGetDummyProc(xid, lock_held) TwoPhaseGetDummyProc(xid, lock_held)
+#endif
+
+/* 19: a signal handler also gets the signal's information */
+#if PG_VERSION_NUM >= 190000
+#define COMPAT_SIG_IGN PG_SIG_IGN
+#else
+#define COMPAT_SIG_IGN SIG_IGN
+#endif
+
+/*
+ * 19: a parameter's fields of its type are a member of config_generic
+ * (struct config_TYPE was a config_generic followed by them). The caller
+ * includes utils/guc_tables.h.
+ */
+#if PG_VERSION_NUM >= 190000
+#define COMPAT_GUC_TYPED(gen, type) (&(gen)->_##type)
+#define compat_config_enum_lookup_by_value(gen, value) \
+	config_enum_lookup_by_value(gen, value)
+#else
+#define COMPAT_GUC_TYPED(gen, type) ((struct config_##type *) (gen))
+#define compat_config_enum_lookup_by_value(gen, value) \
+	config_enum_lookup_by_value((struct config_enum *) (gen), value)
+#endif
+
+/*
+ * 19: a JSONB value is built in a JsonbInState, which holds it once
+ * complete; before, in a stack of parse states that the closing push
+ * returns it from. The caller includes utils/jsonb.h.
+ */
+#if PG_VERSION_NUM >= 190000
+#define compat_jsonb_build JsonbInState
+#define COMPAT_JSONB_BUILD_INIT {0}
+#define compat_pushJsonbValue(build, token, value) pushJsonbValue(build, token, value)
+#define compat_pushJsonbEnd(build, token) \
+	(pushJsonbValue(build, token, NULL), (build)->result)
+#else
+#define compat_jsonb_build JsonbParseState *
+#define COMPAT_JSONB_BUILD_INIT NULL
+#define compat_pushJsonbValue(build, token, value) \
+	((void) pushJsonbValue(build, token, value))
+#define compat_pushJsonbEnd(build, token) pushJsonbValue(build, token, NULL)
 #endif
 
 /* 17: PGPROC.pgprocno became MyProcNumber */
@@ -190,7 +266,8 @@ compat_wait_event(OutboxWait wait)
 	((v) >= 180000 || ((v) >= 170000 ? (v) >= 170005 : \
 					   (v) >= 160000 ? (v) >= 160009 : (v) >= 150013))
 #if COMPAT_SYNC_STATUS_SINCE(PG_VERSION_NUM)
-typedef bits8 compat_sync_standbys;
+/* the field's type: bits8 until 18 and uint8 from 19, the same type */
+typedef uint8 compat_sync_standbys;
 #define COMPAT_SYNC_STANDBYS_FIELD sync_standbys_status
 /* before the checkpointer publishes it, the setting itself tells */
 #define COMPAT_SYNC_STANDBYS_DEFINED(s) \

@@ -16,7 +16,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $root = "$FindBin::RealBin/..";
-my ($major, $minor) = `pg_config --version` =~ /PostgreSQL (\d+)\.(\d+)/
+# a release candidate ("PostgreSQL 19rc1") has no minor: no break known in it
+my ($major, $minor) = `pg_config --version` =~ /PostgreSQL (\d+)(?:\.(\d+))?/
   or die "no version from pg_config";
 # the first minor with sync_standbys_status; 18 had it from 18.0
 my %since = (15 => 13, 16 => 9, 17 => 5);

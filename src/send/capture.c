@@ -27,6 +27,7 @@
  * payload's buffer, with each column type's output function.
  */
 #include "send/send.h"
+#include "compat.h"
 
 #include "access/htup_details.h"
 #include "access/transam.h"
@@ -510,28 +511,28 @@ sent_columns(TriggerData *trigdata, const CaptureOptions *options)
 static Jsonb *
 make_headers(char op, const char *table, bool with_type)
 {
-	JsonbParseState *state = NULL;
+	compat_jsonb_build state = COMPAT_JSONB_BUILD_INIT;
 	JsonbValue	v;
 	char		letter[2] = {op, '\0'};
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	compat_pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	v.type = jbvString;
 	v.val.string.val = "op";
 	v.val.string.len = 2;
-	pushJsonbValue(&state, WJB_KEY, &v);
+	compat_pushJsonbValue(&state, WJB_KEY, &v);
 	v.val.string.val = letter;
 	v.val.string.len = 1;
-	pushJsonbValue(&state, WJB_VALUE, &v);
+	compat_pushJsonbValue(&state, WJB_VALUE, &v);
 	if (with_type)
 	{
 		v.val.string.val = "type";
 		v.val.string.len = 4;
-		pushJsonbValue(&state, WJB_KEY, &v);
+		compat_pushJsonbValue(&state, WJB_KEY, &v);
 		v.val.string.val = psprintf("%s.%c", table, op);
 		v.val.string.len = strlen(v.val.string.val);
-		pushJsonbValue(&state, WJB_VALUE, &v);
+		compat_pushJsonbValue(&state, WJB_VALUE, &v);
 	}
-	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	return JsonbValueToJsonb(compat_pushJsonbEnd(&state, WJB_END_OBJECT));
 }
 
 static char *

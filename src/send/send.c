@@ -45,6 +45,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(outbox_send_jsonb);
 PG_FUNCTION_INFO_V1(outbox_send_text);

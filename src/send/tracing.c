@@ -10,6 +10,7 @@
  *		Kafka with no change of its own.
  */
 #include "send/tracing.h"
+#include "compat.h"
 
 #include <ctype.h>
 
@@ -286,21 +287,21 @@ has_header(Jsonb *headers, const char *name)
 }
 
 static void
-push_string(JsonbParseState **state, JsonbIteratorToken token, const char *s)
+push_string(compat_jsonb_build *state, JsonbIteratorToken token, const char *s)
 {
 	JsonbValue	v;
 
 	v.type = jbvString;
 	v.val.string.val = (char *) s;
 	v.val.string.len = strlen(s);
-	pushJsonbValue(state, token, &v);
+	compat_pushJsonbValue(state, token, &v);
 }
 
 Jsonb *
 outbox_add_trace_context(Jsonb *headers)
 {
 	TraceContext context;
-	JsonbParseState *state = NULL;
+	compat_jsonb_build state = COMPAT_JSONB_BUILD_INIT;
 	JsonbValue *result;
 	bool		add_state;
 
@@ -315,7 +316,7 @@ outbox_add_trace_context(Jsonb *headers)
 	else if (!statement_trace_context(&context))
 		return headers;
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	compat_pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	if (headers != NULL)
 	{
 		JsonbIterator *it = JsonbIteratorInit(&headers->root);
@@ -324,7 +325,7 @@ outbox_add_trace_context(Jsonb *headers)
 
 		while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 			if (token == WJB_KEY || token == WJB_VALUE)
-				pushJsonbValue(&state, token, &v);
+				compat_pushJsonbValue(&state, token, &v);
 	}
 	push_string(&state, WJB_KEY, "traceparent");
 	push_string(&state, WJB_VALUE, context.traceparent);
@@ -334,6 +335,6 @@ outbox_add_trace_context(Jsonb *headers)
 		push_string(&state, WJB_KEY, "tracestate");
 		push_string(&state, WJB_VALUE, context.tracestate);
 	}
-	result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	result = compat_pushJsonbEnd(&state, WJB_END_OBJECT);
 	return JsonbValueToJsonb(result);
 }

@@ -320,7 +320,7 @@ outbox_move_to_prepared(void)
 		outbox_clear_inflight();
 		return;
 	}
-	procno = TwoPhaseGetDummyProc(preparing_xid, false) - ProcGlobal->allProcs;
+	procno = compat_TwoPhaseGetDummyProc(preparing_xid, false) - ProcGlobal->allProcs;
 	if (procno < first_prepared_entry() || procno >= registry->nprocs)
 	{
 		/* too late for an error: the transaction is prepared */

@@ -12,6 +12,7 @@
  * the caller's DELETE statement, so that statement stays the way for them.
  */
 #include "table/position_delete.h"
+#include "compat.h"
 #include "table/outbox_table.h"
 
 #include "access/table.h"
@@ -59,8 +60,7 @@ delete_row(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot)
 	TM_FailureData failure;
 	TM_Result	result;
 
-	result = table_tuple_delete(rel, tid, cid, snapshot, InvalidSnapshot,
-								true, &failure, false);
+	result = compat_table_tuple_delete(rel, tid, cid, snapshot, &failure);
 	switch (result)
 	{
 		case TM_Ok:

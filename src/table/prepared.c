@@ -20,6 +20,7 @@
  * commit. With max_prepared_transactions = 0 nothing of this runs.
  */
 #include "table/prepared.h"
+#include "compat.h"
 #include "shared/registry.h"
 #include "table/outbox_table.h"
 
@@ -77,7 +78,7 @@ find_lowest_ids(Oid table, const TransactionId *xids, int n, int64 *lowest)
 		if (TransactionIdPrecedes(xids[k], oldest))
 			oldest = xids[k];
 	}
-	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	scan = compat_table_beginscan(rel, SnapshotAny);
 	slot = table_slot_create(rel, NULL);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{

@@ -86,17 +86,16 @@ boot_value(struct config_generic *gen)
 	switch (gen->vartype)
 	{
 		case PGC_BOOL:
-			return ((struct config_bool *) gen)->boot_val ? "on" : "off";
+			return COMPAT_GUC_TYPED(gen, bool)->boot_val ? "on" : "off";
 		case PGC_INT:
 			/* in the parameter's base unit, which a number without one is */
-			return psprintf("%d", ((struct config_int *) gen)->boot_val);
+			return psprintf("%d", COMPAT_GUC_TYPED(gen, int)->boot_val);
 		case PGC_REAL:
-			return psprintf("%.17g", ((struct config_real *) gen)->boot_val);
+			return psprintf("%.17g", COMPAT_GUC_TYPED(gen, real)->boot_val);
 		case PGC_STRING:
-			return ((struct config_string *) gen)->boot_val;
+			return COMPAT_GUC_TYPED(gen, string)->boot_val;
 		case PGC_ENUM:
-			return config_enum_lookup_by_value((struct config_enum *) gen,
-											   ((struct config_enum *) gen)->boot_val);
+			return compat_config_enum_lookup_by_value(gen, COMPAT_GUC_TYPED(gen, enum)->boot_val);
 	}
 	return NULL;
 }

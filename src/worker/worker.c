@@ -58,6 +58,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -1420,7 +1421,7 @@ outbox_worker_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* see the file's header: a stop sets a flag, a cancel has nothing to cancel */
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
-	pqsignal(SIGINT, SIG_IGN);
+	pqsignal(SIGINT, COMPAT_SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 	/*
 	 * A reload signalled between our fork and the handler above was
