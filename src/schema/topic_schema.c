@@ -20,6 +20,7 @@
  * reload reads is never older than what made it reload.
  */
 #include "schema/topic_schema.h"
+#include "compat.h"
 #include "topic_name.h"
 
 #include "access/genam.h"
@@ -198,7 +199,7 @@ read_table(Relation rel)
 {
 	Columns		c = find_columns(RelationGetDescr(rel));
 	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+	TableScanDesc scan = compat_table_beginscan(rel, snapshot);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))

@@ -36,6 +36,7 @@
 #include "send/debezium.h"
 #include "send/connect_json.h"
 #include "send/send.h"
+#include "compat.h"
 
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -896,17 +897,17 @@ get_value(TupleTableSlot *slot, RouterColumn *column, bool *isnull)
 }
 
 static void
-push_header(JsonbParseState **state, const char *name, const char *value)
+push_header(compat_jsonb_build *state, const char *name, const char *value)
 {
 	JsonbValue	v;
 
 	v.type = jbvString;
 	v.val.string.val = (char *) name;
 	v.val.string.len = strlen(name);
-	pushJsonbValue(state, WJB_KEY, &v);
+	compat_pushJsonbValue(state, WJB_KEY, &v);
 	v.val.string.val = (char *) value;
 	v.val.string.len = strlen(value);
-	pushJsonbValue(state, WJB_VALUE, &v);
+	compat_pushJsonbValue(state, WJB_VALUE, &v);
 }
 
 /*
@@ -916,11 +917,11 @@ push_header(JsonbParseState **state, const char *name, const char *value)
 static Jsonb *
 build_headers(Router *r, TupleTableSlot *slot)
 {
-	JsonbParseState *state = NULL;
+	compat_jsonb_build state = COMPAT_JSONB_BUILD_INIT;
 	bool		isnull;
 	Datum		value = get_value(slot, &r->id, &isnull);
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	compat_pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	if (!isnull)
 		push_header(&state, "id", plain_text(&r->id, value));
 	for (int i = 0; i < r->nplaced; i++)
@@ -933,7 +934,7 @@ build_headers(Router *r, TupleTableSlot *slot)
 		if (!isnull)
 			push_header(&state, p->alias, plain_text(&p->column, value));
 	}
-	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	return JsonbValueToJsonb(compat_pushJsonbEnd(&state, WJB_END_OBJECT));
 }
 
 /* The value: the payload, or the envelope of it and the columns placed there. */
