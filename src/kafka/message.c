@@ -254,20 +254,6 @@ encode_envelope(OutboxRecord *record, OutboxEvent *event, const char *instance)
 	event->payload = NULL;
 }
 
-/* A zig-zag varint, as Kafka's ByteUtils.writeVarint writes it. */
-static void
-append_varint(StringInfo buf, int32 n)
-{
-	uint32		v = ((uint32) n << 1) ^ (uint32) (n >> 31);
-
-	while (v >= 0x80)
-	{
-		appendStringInfoChar(buf, (char) ((v & 0x7F) | 0x80));
-		v >>= 7;
-	}
-	appendStringInfoChar(buf, (char) v);
-}
-
 /*
  * Confluent's wire format: the magic byte 0, the schema id (4 bytes, big
  * endian), for Protobuf the message's path (a count, then the indexes;
@@ -286,9 +272,9 @@ append_prefix(StringInfo buf, const OutboxFraming *framing)
 			appendStringInfoChar(buf, 0);
 		else
 		{
-			append_varint(buf, framing->nindexes);
+			outbox_zigzag_varint_append(buf, framing->nindexes);
 			for (int i = 0; i < framing->nindexes; i++)
-				append_varint(buf, framing->indexes[i]);
+				outbox_zigzag_varint_append(buf, framing->indexes[i]);
 		}
 	}
 }

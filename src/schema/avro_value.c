@@ -38,8 +38,12 @@ refuse(Walk *w, char *reason)
 	return false;
 }
 
-static void
-write_long(StringInfo out, int64 value)
+/*
+ * Avro's long: a zig-zag varint, which is also how Kafka's
+ * ByteUtils.writeVarint writes the Confluent framing's message indexes.
+ */
+void
+outbox_zigzag_varint_append(StringInfo out, int64 value)
 {
 	uint64		zigzag = ((uint64) value << 1) ^ (uint64) (value >> 63);
 
@@ -54,7 +58,7 @@ write_long(StringInfo out, int64 value)
 static void
 write_bytes(StringInfo out, const char *data, int len)
 {
-	write_long(out, len);
+	outbox_zigzag_varint_append(out, len);
 	appendBinaryStringInfo(out, data, len);
 }
 
@@ -140,7 +144,7 @@ encode_integer(avro_schema_t schema, JsonbValue *v, Walk *w)
 							(value < PG_INT32_MIN || value > PG_INT32_MAX)))
 		return refuse(w, psprintf("is %s, beyond the range of Avro's %s", digits,
 								  type_name(schema)));
-	write_long(w->out, value);
+	outbox_zigzag_varint_append(w->out, value);
 	return true;
 }
 
@@ -227,7 +231,7 @@ encode_enum(avro_schema_t schema, JsonbValue *v, Walk *w)
 	if (index < 0)
 		return refuse(w, psprintf("is \"%s\", not a symbol of the enum %s", symbol,
 								  avro_schema_name(schema)));
-	write_long(w->out, index);
+	outbox_zigzag_varint_append(w->out, index);
 	return true;
 }
 
@@ -314,7 +318,7 @@ encode_items(avro_schema_t schema, JsonbValue *v, Walk *w)
 	count = JsonContainerSize(v->val.binary.data);
 	/* one block of every item, then the empty block that ends them */
 	if (count > 0)
-		write_long(w->out, count);
+		outbox_zigzag_varint_append(w->out, count);
 	it = JsonbIteratorInit(v->val.binary.data);
 	while ((token = JsonbIteratorNext(&it, &element, true)) != WJB_DONE)
 	{
@@ -332,7 +336,7 @@ encode_items(avro_schema_t schema, JsonbValue *v, Walk *w)
 			return false;
 		pop(w, len);
 	}
-	write_long(w->out, 0);
+	outbox_zigzag_varint_append(w->out, 0);
 	return true;
 }
 
@@ -387,7 +391,7 @@ encode_union(avro_schema_t schema, JsonbValue *v, Walk *w)
 
 	if (wrapped >= 0)
 	{
-		write_long(w->out, wrapped);
+		outbox_zigzag_varint_append(w->out, wrapped);
 		outbox_json_path_key(&w->path, key.val.string.val, key.val.string.len);
 		if (!encode(avro_schema_union_branch(schema, wrapped), &inner, w))
 			return false;
@@ -400,12 +404,12 @@ encode_union(avro_schema_t schema, JsonbValue *v, Walk *w)
 			not_null = not_null == -1 ? i : -2;
 	if (not_null >= 0)
 	{
-		write_long(w->out, not_null);
+		outbox_zigzag_varint_append(w->out, not_null);
 		return encode(avro_schema_union_branch(schema, not_null), v, w);
 	}
 	for (int i = 0; i < size; i++)
 	{
-		write_long(w->out, i);
+		outbox_zigzag_varint_append(w->out, i);
 		if (encode(avro_schema_union_branch(schema, i), v, w))
 			return true;
 		w->out->len = start;

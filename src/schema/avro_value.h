@@ -22,6 +22,9 @@
 #include "utils/jsonb.h"
 
 /* NULL if libavro parses the schema text, else its complaint (palloc'd) */
+/* appends value as a zig-zag varint (Avro's long, Kafka's varint) */
+extern void outbox_zigzag_varint_append(StringInfo out, int64 value);
+
 extern char *outbox_avro_schema_refusal(const char *schema_text);
 
 /*
