@@ -56,9 +56,10 @@ my %TABLES = (outboxevent => { type => 'jsonb', rows => \@JSON_ROWS, first_id =>
 	outboxbin => { type => 'bytea', rows => \@BIN_ROWS, first_id => 101 });
 
 # Kafka Connect's default: JsonConverter with schemas (the worker's
-# converters); a connector overrides a converter's settings only with the
-# converter itself
-my $SCHEMAS = {};
+# converters), said explicitly for pg_outbox's trigger, whose default is
+# schemas disabled
+my $SCHEMAS = { map { ("$_.converter" => 'org.apache.kafka.connect.json.JsonConverter',
+			"$_.converter.schemas.enable" => 'true') } qw(key value) };
 my $NO_SCHEMAS = { map { ("$_.converter" => 'org.apache.kafka.connect.json.JsonConverter',
 			"$_.converter.schemas.enable" => 'false') } qw(key value) };
 my $STRING_KEY = { %$NO_SCHEMAS, 'key.converter' => 'org.apache.kafka.connect.storage.StringConverter' };
@@ -73,8 +74,7 @@ delete $BINARY->{'value.converter.schemas.enable'};
 # options, for pg_outbox's trigger), the table; pg_outbox => the reason it
 # has no trigger for this one (refused options).
 my @SCENARIOS = (
-	{ name => 'dflt', router => {}, conv => $SCHEMAS,
-		pg_outbox => 'refuses schemas.enable=true (Kafka Connect\'s default)' },
+	{ name => 'dflt', router => {}, conv => $SCHEMAS },
 	{ name => 'nosch', router => {}, conv => $NO_SCHEMAS },
 	{ name => 'skey', router => {}, conv => $STRING_KEY },
 	{ name => 'route', router => { 'route.by.field' => 'type' }, conv => $NO_SCHEMAS },
@@ -82,13 +82,15 @@ my @SCENARIOS = (
 			'route.topic.replacement' => 'ev.${routedByValue}.x$2' }, conv => $NO_SCHEMAS },
 	{ name => 'key', router => { 'table.field.event.key' => 'tenant' }, conv => $NO_SCHEMAS },
 	{ name => 'expand', router => { 'table.expand.json.payload' => 'true' }, conv => $NO_SCHEMAS },
-	{ name => 'expands', router => { 'table.expand.json.payload' => 'true' }, conv => $SCHEMAS,
-		pg_outbox => 'refuses schemas.enable=true' },
+	{ name => 'expands', router => { 'table.expand.json.payload' => 'true' }, conv => $SCHEMAS },
+	{ name => 'keys', router => { 'table.field.event.key' => 'tenant', 'route.tombstone.on.empty.payload' => 'true' },
+		conv => $SCHEMAS },
 	{ name => 'ts', router => { 'table.field.event.timestamp' => 'created_at' }, conv => $NO_SCHEMAS },
 	{ name => 'place', router => { 'table.fields.additional.placement' =>
 			  'tenant:header,version:envelope:eventVersion,part:partition,type:header:eventType' },
 		conv => $NO_SCHEMAS },
 	{ name => 'bytea', router => {}, conv => $BINARY, table => 'outboxbin' },
+	{ name => 'bytes', router => {}, conv => $SCHEMAS, table => 'outboxbin' },
 );
 $_->{table} //= 'outboxevent' for @SCENARIOS;
 

@@ -84,6 +84,8 @@ typedef struct RouterColumn
 	Oid			type;
 	ValueKind	kind;
 	bool		millis;			/* a timestamp(0..3): milliseconds */
+	bool		optional;		/* nullable: its Connect schema is optional */
+	bool		has_default;	/* Debezium's schema would carry the default */
 	FmgrInfo	output;
 } RouterColumn;
 
@@ -101,7 +103,7 @@ typedef struct PlacedColumn
 
 typedef enum Converter
 {
-	CONVERTER_JSON,				/* JsonConverter, schemas.enable=false */
+	CONVERTER_JSON,				/* JsonConverter (schemas: *_schemas below) */
 	CONVERTER_STRING,			/* StringConverter */
 	CONVERTER_BINARY			/* Debezium's BinaryDataConverter, JSON for the rest */
 } Converter;
@@ -131,6 +133,8 @@ typedef struct RouterOptions
 	int			invalid_op;		/* an InvalidOp */
 	Converter	key_converter;
 	Converter	value_converter;
+	bool		key_schemas;	/* key.converter.schemas.enable */
+	bool		value_schemas;	/* value.converter.schemas.enable */
 	bool		delete_row;
 } RouterOptions;
 
@@ -234,7 +238,7 @@ require_false(TriggerData *trigdata, const char *name, const char *value)
 	if (b)
 		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
 			   psprintf("outbox_debezium() does not support \"%s=true\"", name),
-			   "pg_outbox writes the converters' bytes with schemas disabled only: see docs/debezium.md.");
+			   "The BinaryDataConverter's delegate is supported with schemas disabled only: see docs/debezium.md.");
 }
 
 /* The position of value among an option's words (NULL-ended), any case. */
@@ -284,6 +288,8 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"route.tombstone.on.empty.payload", offsetof(RouterOptions, tombstone_on_empty)},
 		{"table.expand.json.payload", offsetof(RouterOptions, expand_json)},
 		{"outbox.delete.after.capture", offsetof(RouterOptions, delete_row)},
+		{"key.converter.schemas.enable", offsetof(RouterOptions, key_schemas)},
+		{"value.converter.schemas.enable", offsetof(RouterOptions, value_schemas)},
 	};
 	/* a value's position among its option's words is the value set */
 	static const struct
@@ -326,9 +332,7 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		o->key_converter = parse_converter(trigdata, name, value, false);
 	else if (strcmp(name, "value.converter") == 0)
 		o->value_converter = parse_converter(trigdata, name, value, true);
-	else if (strcmp(name, "key.converter.schemas.enable") == 0 ||
-			 strcmp(name, "value.converter.schemas.enable") == 0 ||
-			 strcmp(name, "value.converter.delegate.converter.type.schemas.enable") == 0)
+	else if (strcmp(name, "value.converter.delegate.converter.type.schemas.enable") == 0)
 		require_false(trigdata, name, value);
 	else if (strcmp(name, "value.converter.delegate.converter.type") == 0)
 	{
@@ -439,6 +443,8 @@ find_typed_column(TriggerData *trigdata, const char *option, const char *name,
 		column->type = attr->atttypid;
 		column->kind = value_kind(attr->atttypid);
 		column->millis = attr->atttypmod >= 0 && attr->atttypmod <= 3;
+		column->optional = !attr->attnotnull;
+		column->has_default = attr->atthasdef;
 		if (typed && column->kind == KIND_UNSUPPORTED)
 			refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
 				   psprintf("column \"%s\" (option %s) is of type %s, which outbox_debezium() does not support",
@@ -471,6 +477,82 @@ require_kind(TriggerData *trigdata, RouterColumn *column, const char *option, bo
 			   psprintf("column \"%s\" (option %s) is of type %s: it must be %s",
 						column->name, option, format_type_be(column->type), what),
 			   NULL);
+}
+
+/*
+ * The Connect schema Debezium's PostgreSQL connector gives a column of a
+ * type supported: its type, and its logical name (version 1) if any;
+ * false for a type whose schema is not reproduced (an enum's carries its
+ * labels, a domain's is its base type's under another name).
+ */
+static bool
+column_schema_parts(RouterColumn *column, const char **type, const char **logical)
+{
+	*logical = NULL;
+	switch (column->type)
+	{
+		case TEXTOID:
+		case VARCHAROID:
+		case BPCHAROID:
+			*type = "string";
+			return true;
+		case UUIDOID:
+			*type = "string";
+			*logical = "io.debezium.data.Uuid";
+			return true;
+		case JSONOID:
+		case JSONBOID:
+			*type = "string";
+			*logical = "io.debezium.data.Json";
+			return true;
+		case INT2OID:
+			*type = "int16";
+			return true;
+		case INT4OID:
+			*type = "int32";
+			return true;
+		case INT8OID:
+			*type = "int64";
+			return true;
+		case BOOLOID:
+			*type = "boolean";
+			return true;
+		case FLOAT8OID:
+			*type = "double";
+			return true;
+		case TIMESTAMPOID:
+			*type = "int64";
+			*logical = column->millis ? "io.debezium.time.Timestamp" : "io.debezium.time.MicroTimestamp";
+			return true;
+		case BYTEAOID:
+			*type = "bytes";
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * A column whose schema the converter writes (schemas enabled): of a type
+ * whose schema is reproduced, without a default (Debezium's schema
+ * carries the default as its converters read the expression).
+ */
+static void
+require_schema(TriggerData *trigdata, RouterColumn *column, const char *option)
+{
+	const char *type;
+	const char *logical;
+
+	if (!column_schema_parts(column, &type, &logical))
+		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+			   psprintf("column \"%s\" (option %s) is of type %s, whose schema outbox_debezium() does not write",
+						column->name, option, format_type_be(column->type)),
+			   "With schemas enabled: text, varchar, char, uuid, json, jsonb, smallint, integer, bigint, boolean, double precision, timestamp, bytea.");
+	if (column->has_default)
+		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+			   psprintf("column \"%s\" (option %s) has a default, which outbox_debezium() does not write in its schema",
+						column->name, option),
+			   "Debezium's schema of a column carries its default: drop the default, or disable schemas.");
 }
 
 /* table.fields.additional.placement: column:placement[:alias], comma-separated. */
@@ -732,6 +814,16 @@ resolve_router(TriggerData *trigdata)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
 			   "outbox_debezium() cannot place a column in the envelope with the StringConverter",
 			   "The StringConverter would write the envelope structure's Java toString().");
+	if (r->o.key_schemas && r->o.key_converter == CONVERTER_JSON)
+		require_schema(trigdata, &r->key, "table.field.event.key");
+	if (r->o.value_schemas && r->o.value_converter == CONVERTER_JSON)
+	{
+		require_schema(trigdata, &r->payload, "table.field.event.payload");
+		if (r->envelope)
+			refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+				   "outbox_debezium() cannot place a column in the envelope with value.converter.schemas.enable=true",
+				   "Debezium names the envelope's schema after the first record its task routed: see docs/debezium.md.");
+	}
 	if (r->payload.kind == KIND_BYTES && r->o.value_converter == CONVERTER_STRING)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
 			   "outbox_debezium() cannot write a bytea payload with the StringConverter",
@@ -819,6 +911,32 @@ append_json(StringInfo out, RouterColumn *column, Datum value, bool isnull)
 	}
 }
 
+/* A column's schema as the JsonConverter writes it (schemas enabled). */
+static void
+append_column_schema(StringInfo out, RouterColumn *column)
+{
+	const char *type;
+	const char *logical;
+
+	(void) column_schema_parts(column, &type, &logical);
+	appendStringInfo(out, "{\"type\":\"%s\",\"optional\":%s", type,
+					 column->optional ? "true" : "false");
+	if (logical != NULL)
+		appendStringInfo(out, ",\"name\":\"%s\",\"version\":1", logical);
+	appendStringInfoChar(out, '}');
+}
+
+/* The JsonConverter's envelope of a value and its schema (schemas enabled). */
+static void
+append_with_schema(StringInfo out, StringInfo schema, StringInfo value)
+{
+	appendStringInfoString(out, "{\"schema\":");
+	appendBinaryStringInfo(out, schema->data, schema->len);
+	appendStringInfoString(out, ",\"payload\":");
+	appendBinaryStringInfo(out, value->data, value->len);
+	appendStringInfoChar(out, '}');
+}
+
 /* A value as a string (the header converter's, the StringConverter's). */
 static char *
 plain_text(RouterColumn *column, Datum value)
@@ -840,13 +958,19 @@ plain_text(RouterColumn *column, Datum value)
 	}
 }
 
-/* The payload as the value's converter writes it; NULL: a null value. */
+/*
+ * The payload as the value's converter writes it; NULL: a null value.
+ * schema (unless NULL): the payload's schema, the column's or the one the
+ * expansion inferred.
+ */
 static bytea *
-payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
+payload_value(Router *r, Datum payload, bool isnull, StringInfo json, StringInfo schema)
 {
 	if (isnull)
 	{
 		appendStringInfoString(json, "null");
+		if (schema != NULL)
+			append_column_schema(schema, &r->payload);
 		return NULL;
 	}
 	if (r->payload.kind == KIND_BYTES)
@@ -854,6 +978,8 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
 		bytea	   *bytes = DatumGetByteaPP(payload);
 
 		connect_json_bytes(json, VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes));
+		if (schema != NULL)
+			append_column_schema(schema, &r->payload);
 		return r->o.value_converter == CONVERTER_BINARY ? bytes : NULL;
 	}
 	else
@@ -861,8 +987,13 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
 		char	   *text = column_text(&r->payload, payload);
 		int			len = strlen(text);
 
-		if (!(r->o.expand_json && connect_json_expand(json, text, len, r->o.null_as_bytes)))
+		if (!(r->o.expand_json &&
+			  connect_json_expand(json, text, len, r->o.null_as_bytes, schema)))
+		{
 			connect_json_string(json, text, len);
+			if (schema != NULL)
+				append_column_schema(schema, &r->payload);
+		}
 		return r->o.value_converter == CONVERTER_STRING ? (bytea *) cstring_to_text(text) : NULL;
 	}
 }
@@ -953,9 +1084,21 @@ build_value(Router *r, TupleTableSlot *slot)
 	/* bytea's header first, filled in at the end */
 	initStringInfo(&json);
 	appendStringInfoSpaces(&json, VARHDRSZ);
+	if (!r->envelope && r->o.value_schemas && r->o.value_converter == CONVERTER_JSON)
+	{
+		StringInfoData schema;
+		StringInfoData value;
+
+		initStringInfo(&schema);
+		initStringInfo(&value);
+		(void) payload_value(r, payload, isnull, &value, &schema);
+		append_with_schema(&json, &schema, &value);
+		SET_VARSIZE(json.data, json.len);
+		return (bytea *) json.data;
+	}
 	if (r->envelope)
 		appendStringInfoString(&json, "{\"payload\":");
-	as_is = payload_value(r, payload, isnull, &json);
+	as_is = payload_value(r, payload, isnull, &json, NULL);
 	if (!r->envelope)
 	{
 		/* the StringConverter's text, the BinaryDataConverter's bytes */
@@ -1000,6 +1143,17 @@ build_key(Router *r, TupleTableSlot *slot, RouterRecord *record)
 			record->key_isnull = true;
 		else
 			appendStringInfoString(&record->key, plain_text(&r->key, value));
+	}
+	else if (r->o.key_schemas)
+	{
+		StringInfoData schema;
+		StringInfoData json;
+
+		initStringInfo(&schema);
+		initStringInfo(&json);
+		append_column_schema(&schema, &r->key);
+		append_json(&json, &r->key, value, isnull);
+		append_with_schema(&record->key, &schema, &json);
 	}
 	else
 		append_json(&record->key, &r->key, value, isnull);
