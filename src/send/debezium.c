@@ -126,6 +126,7 @@ typedef struct RouterOptions
 	const char *route_by_field;
 	const char *route_topic_regex;
 	const char *route_topic_replacement;
+	const char *topic_prefix;	/* the connector's, in the envelope's schema name */
 	bool		tombstone_on_empty;
 	bool		expand_json;
 	int			null_as_bytes;	/* table.json.payload.null.behavior: 1 optional_bytes */
@@ -147,9 +148,12 @@ typedef struct Router
 	RouterColumn payload;
 	RouterColumn route;
 	RouterColumn timestamp;
+	RouterColumn version;		/* table.field.event.schema.version, or attnum 0 */
 	int			nplaced;
 	PlacedColumn *placed;
 	bool		envelope;		/* a column placed in the envelope */
+	bool		envelope_schema;	/* ... and the envelope's schema written */
+	char	   *schema_name;	/* its name up to the routed value */
 	text	   *regex;			/* route.topic.regex, anchored, PostgreSQL's syntax */
 	int			ngroups;
 	List	   *group_names;	/* a name (or NULL) per group, from 1 */
@@ -279,6 +283,7 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"route.by.field", offsetof(RouterOptions, route_by_field)},
 		{"route.topic.regex", offsetof(RouterOptions, route_topic_regex)},
 		{"route.topic.replacement", offsetof(RouterOptions, route_topic_replacement)},
+		{"topic.prefix", offsetof(RouterOptions, topic_prefix)},
 	};
 	static const struct
 	{
@@ -555,6 +560,37 @@ require_schema(TriggerData *trigdata, RouterColumn *column, const char *option)
 			   "Debezium's schema of a column carries its default: drop the default, or disable schemas.");
 }
 
+/*
+ * The envelope's schema (schemas enabled): Debezium's structure of the
+ * payload's and the placed columns' schemas, named
+ * <topic.prefix>.<schema>.<table>.<routed value>.Value, versioned by the
+ * table.field.event.schema.version column.
+ */
+static void
+resolve_envelope_schema(TriggerData *trigdata, Router *r)
+{
+	Relation	rel = trigdata->tg_relation;
+
+	if (r->o.expand_json)
+		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+			   "outbox_debezium() cannot expand the payload into an envelope with value.converter.schemas.enable=true",
+			   "Debezium's envelope keeps the payload column's schema, and fails each record whose payload expands.");
+	if (r->o.topic_prefix == NULL)
+		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
+			   "outbox_debezium() needs option topic.prefix to place a column in the envelope with value.converter.schemas.enable=true",
+			   "Give the connector's topic.prefix: the envelope's schema is named after it.");
+	for (int i = 0; i < r->nplaced; i++)
+		if (r->placed[i].placement == PLACE_ENVELOPE)
+			require_schema(trigdata, &r->placed[i].column, "table.fields.additional.placement");
+	if (r->version.attnum != 0)
+		require_kind(trigdata, &r->version, "table.field.event.schema.version",
+					 r->version.type == INT4OID, "integer");
+	r->schema_name = psprintf("%s.%s.%s.", r->o.topic_prefix,
+							  get_namespace_name(RelationGetNamespace(rel)),
+							  RelationGetRelationName(rel));
+	r->envelope_schema = true;
+}
+
 /* table.fields.additional.placement: column:placement[:alias], comma-separated. */
 static void
 resolve_placements(TriggerData *trigdata, Router *r)
@@ -802,11 +838,9 @@ resolve_router(TriggerData *trigdata)
 	}
 	if (r->o.field_schema_version != NULL)
 	{
-		RouterColumn version;
-
-		/* a schema's version: nothing in the bytes with schemas disabled */
+		/* a schema's version: only in the envelope's schema */
 		find_typed_column(trigdata, "table.field.event.schema.version",
-						  r->o.field_schema_version, false, false, &version);
+						  r->o.field_schema_version, false, false, &r->version);
 	}
 	if (r->o.placement != NULL)
 		resolve_placements(trigdata, r);
@@ -820,9 +854,7 @@ resolve_router(TriggerData *trigdata)
 	{
 		require_schema(trigdata, &r->payload, "table.field.event.payload");
 		if (r->envelope)
-			refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
-				   "outbox_debezium() cannot place a column in the envelope with value.converter.schemas.enable=true",
-				   "Debezium names the envelope's schema after the first record its task routed: see docs/debezium.md.");
+			resolve_envelope_schema(trigdata, r);
 	}
 	if (r->payload.kind == KIND_BYTES && r->o.value_converter == CONVERTER_STRING)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
@@ -911,9 +943,9 @@ append_json(StringInfo out, RouterColumn *column, Datum value, bool isnull)
 	}
 }
 
-/* A column's schema as the JsonConverter writes it (schemas enabled). */
+/* A column's schema as the JsonConverter writes it (schemas enabled); field: a structure's field's name, or NULL. */
 static void
-append_column_schema(StringInfo out, RouterColumn *column)
+append_column_schema(StringInfo out, RouterColumn *column, const char *field)
 {
 	const char *type;
 	const char *logical;
@@ -923,6 +955,11 @@ append_column_schema(StringInfo out, RouterColumn *column)
 					 column->optional ? "true" : "false");
 	if (logical != NULL)
 		appendStringInfo(out, ",\"name\":\"%s\",\"version\":1", logical);
+	if (field != NULL)
+	{
+		appendStringInfoString(out, ",\"field\":");
+		connect_json_string(out, field, strlen(field));
+	}
 	appendStringInfoChar(out, '}');
 }
 
@@ -970,7 +1007,7 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json, StringInfo
 	{
 		appendStringInfoString(json, "null");
 		if (schema != NULL)
-			append_column_schema(schema, &r->payload);
+			append_column_schema(schema, &r->payload, NULL);
 		return NULL;
 	}
 	if (r->payload.kind == KIND_BYTES)
@@ -979,7 +1016,7 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json, StringInfo
 
 		connect_json_bytes(json, VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes));
 		if (schema != NULL)
-			append_column_schema(schema, &r->payload);
+			append_column_schema(schema, &r->payload, NULL);
 		return r->o.value_converter == CONVERTER_BINARY ? bytes : NULL;
 	}
 	else
@@ -992,7 +1029,7 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json, StringInfo
 		{
 			connect_json_string(json, text, len);
 			if (schema != NULL)
-				append_column_schema(schema, &r->payload);
+				append_column_schema(schema, &r->payload, NULL);
 		}
 		return r->o.value_converter == CONVERTER_STRING ? (bytea *) cstring_to_text(text) : NULL;
 	}
@@ -1067,6 +1104,62 @@ build_headers(Router *r, TupleTableSlot *slot)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
+/* The envelope: the payload and the columns placed there. */
+static void
+append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, bool isnull)
+{
+	appendStringInfoString(out, "{\"payload\":");
+	(void) payload_value(r, payload, isnull, out, NULL);
+	for (int i = 0; i < r->nplaced; i++)
+	{
+		PlacedColumn *p = &r->placed[i];
+		Datum		value;
+
+		if (p->placement != PLACE_ENVELOPE)
+			continue;
+		value = get_value(slot, &p->column, &isnull);
+		appendStringInfoChar(out, ',');
+		connect_json_string(out, p->alias, strlen(p->alias));
+		appendStringInfoChar(out, ':');
+		append_json(out, &p->column, value, isnull);
+	}
+	appendStringInfoChar(out, '}');
+}
+
+/*
+ * The envelope's schema (resolve_envelope_schema() says what), named after
+ * this row's routed value: Debezium names it after the first its task
+ * routed, and keeps that name (see docs/debezium.md).
+ */
+static void
+append_envelope_schema(StringInfo out, Router *r, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		value = get_value(slot, &r->route, &isnull);
+	char	   *name = psprintf("%s%s.Value", r->schema_name, column_text(&r->route, value));
+
+	appendStringInfoString(out, "{\"type\":\"struct\",\"fields\":[");
+	append_column_schema(out, &r->payload, "payload");
+	for (int i = 0; i < r->nplaced; i++)
+	{
+		PlacedColumn *p = &r->placed[i];
+
+		if (p->placement != PLACE_ENVELOPE)
+			continue;
+		appendStringInfoChar(out, ',');
+		append_column_schema(out, &p->column, p->alias);
+	}
+	appendStringInfoString(out, "],\"optional\":false,\"name\":");
+	connect_json_string(out, name, strlen(name));
+	if (r->version.attnum != 0)
+	{
+		value = get_value(slot, &r->version, &isnull);
+		if (!isnull)
+			appendStringInfo(out, ",\"version\":%d", DatumGetInt32(value));
+	}
+	appendStringInfoChar(out, '}');
+}
+
 /* The value: the payload, or the envelope of it and the columns placed there. */
 static bytea *
 build_value(Router *r, TupleTableSlot *slot)
@@ -1084,46 +1177,35 @@ build_value(Router *r, TupleTableSlot *slot)
 	/* bytea's header first, filled in at the end */
 	initStringInfo(&json);
 	appendStringInfoSpaces(&json, VARHDRSZ);
-	if (!r->envelope && r->o.value_schemas && r->o.value_converter == CONVERTER_JSON)
+	if (r->envelope_schema ||
+		(!r->envelope && r->o.value_schemas && r->o.value_converter == CONVERTER_JSON))
 	{
 		StringInfoData schema;
 		StringInfoData value;
 
 		initStringInfo(&schema);
 		initStringInfo(&value);
-		(void) payload_value(r, payload, isnull, &value, &schema);
+		if (r->envelope)
+		{
+			append_envelope_schema(&schema, r, slot);
+			append_envelope(&value, r, slot, payload, isnull);
+		}
+		else
+			(void) payload_value(r, payload, isnull, &value, &schema);
 		append_with_schema(&json, &schema, &value);
-		SET_VARSIZE(json.data, json.len);
-		return (bytea *) json.data;
 	}
-	if (r->envelope)
-		appendStringInfoString(&json, "{\"payload\":");
-	as_is = payload_value(r, payload, isnull, &json, NULL);
-	if (!r->envelope)
+	else if (r->envelope)
+		append_envelope(&json, r, slot, payload, isnull);
+	else
 	{
+		as_is = payload_value(r, payload, isnull, &json, NULL);
 		/* the StringConverter's text, the BinaryDataConverter's bytes */
 		if (as_is != NULL ||
 			(isnull && (r->o.value_converter == CONVERTER_STRING ||
 						(r->o.value_converter == CONVERTER_BINARY &&
 						 r->payload.kind == KIND_BYTES))))
 			return as_is;
-		SET_VARSIZE(json.data, json.len);
-		return (bytea *) json.data;
 	}
-	for (int i = 0; i < r->nplaced; i++)
-	{
-		PlacedColumn *p = &r->placed[i];
-		Datum		value;
-
-		if (p->placement != PLACE_ENVELOPE)
-			continue;
-		value = get_value(slot, &p->column, &isnull);
-		appendStringInfoChar(&json, ',');
-		connect_json_string(&json, p->alias, strlen(p->alias));
-		appendStringInfoChar(&json, ':');
-		append_json(&json, &p->column, value, isnull);
-	}
-	appendStringInfoChar(&json, '}');
 	SET_VARSIZE(json.data, json.len);
 	return (bytea *) json.data;
 }
@@ -1151,7 +1233,7 @@ build_key(Router *r, TupleTableSlot *slot, RouterRecord *record)
 
 		initStringInfo(&schema);
 		initStringInfo(&json);
-		append_column_schema(&schema, &r->key);
+		append_column_schema(&schema, &r->key, NULL);
 		append_json(&json, &r->key, value, isnull);
 		append_with_schema(&record->key, &schema, &json);
 	}

@@ -73,6 +73,9 @@ SELECT try('route.topic.replacement=x.$2');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('value.converter.schemas.enable=true', 'table.fields.additional.placement=type:envelope');
 \echo :LAST_ERROR_SQLSTATE
+SELECT try('value.converter.schemas.enable=true', 'table.fields.additional.placement=type:envelope',
+           'topic.prefix=dbserver1', 'table.expand.json.payload=true');
+\echo :LAST_ERROR_SQLSTATE
 SELECT try('value.converter.delegate.converter.type.schemas.enable=true');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('key.converter.schemas.enable=on');
@@ -121,9 +124,11 @@ DROP TABLE defaulted;
 SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope,at:partition');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope');
--- with schemas: the key's and the expanded payload's schemas
+-- with schemas: the key's and the expanded payload's schemas; an envelope's
 SELECT try('key.converter.schemas.enable=true', 'value.converter.schemas.enable=true',
            'table.expand.json.payload=true');
+SELECT try('value.converter.schemas.enable=true', 'topic.prefix=dbserver1',
+           'table.fields.additional.placement=small:envelope:s,part:envelope');
 SELECT topic, convert_from(key, 'UTF8') AS key, convert_from(payload, 'UTF8') AS value,
        headers, payload_type, partition
 FROM dbz.outbox;
