@@ -219,6 +219,9 @@ CREATE TRIGGER s4 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbo
 CREATE TRIGGER s5 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
   'route.topic.replacement=schemas', 'value.converter.schemas.enable=true', 'topic.prefix=dbz',
   'table.fields.additional.placement=aggregateid:envelope:aggId,ver:envelope', 'table.field.event.schema.version=ver');
+CREATE TRIGGER s6 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'value.converter.schemas.enable=true', 'topic.prefix=dbz',
+  'table.fields.additional.placement=aggregateid:envelope:agg', 'table.expand.json.payload=true');
 INSERT INTO sch_events VALUES
   ('8d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 'k-1',
    '{"b": true, "f": 1.5, "n": {"x": [1, 2]}, "s": "t", "big": 3000000000, "objs": [{"a": 1}, {"b": "x"}]}',
@@ -230,12 +233,15 @@ my $json_schema = '{"type":"string","optional":true,"name":"io.debezium.data.Jso
 my $key_schema = '{"type":"string","optional":false}';
 my $uuid_schema = '{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1}';
 my $ts_schema = '{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","version":1}';
+# the expanded payload's schema and value
+my $x_schema = '{"type":"struct","fields":[{"type":"boolean","optional":true,"field":"b"},{"type":"double","optional":true,"field":"f"},{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"x"}],"optional":true,"name":"payload.n","field":"n"},{"type":"string","optional":true,"field":"s"},{"type":"int64","optional":true,"field":"big"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"a"},{"type":"string","optional":true,"field":"b"}],"optional":false,"name":"payload.objs"},"optional":true,"field":"objs"}],"optional":true,"name":"payload"}';
+my $x_payload = '{"b":true,"f":1.5,"n":{"x":[1,2]},"s":"t","big":3000000000,"objs":[{"a":1,"b":null},{"a":null,"b":"x"}]}';
 my @want_schemas = (
 	# s1: the jsonb payload, a string named io.debezium.data.Json
 	qq({"schema":$key_schema,"payload":"k-1"} {"schema":$json_schema,"payload":"{\\"b\\": true, \\"f\\": 1.5, \\"n\\": {\\"x\\": [1, 2]}, \\"s\\": \\"t\\", \\"big\\": 3000000000, \\"objs\\": [{\\"a\\": 1}, {\\"b\\": \\"x\\"}]}"}),
 	qq({"schema":$key_schema,"payload":"k-2"} {"schema":$json_schema,"payload":null}),
 	# s2: expanded, the inferred structure named by its path
-	qq({"schema":$key_schema,"payload":"k-1"} {"schema":{"type":"struct","fields":[{"type":"boolean","optional":true,"field":"b"},{"type":"double","optional":true,"field":"f"},{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"x"}],"optional":true,"name":"payload.n","field":"n"},{"type":"string","optional":true,"field":"s"},{"type":"int64","optional":true,"field":"big"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"a"},{"type":"string","optional":true,"field":"b"}],"optional":false,"name":"payload.objs"},"optional":true,"field":"objs"}],"optional":true,"name":"payload"},"payload":{"b":true,"f":1.5,"n":{"x":[1,2]},"s":"t","big":3000000000,"objs":[{"a":1,"b":null},{"a":null,"b":"x"}]}}),
+	qq({"schema":$key_schema,"payload":"k-1"} {"schema":$x_schema,"payload":$x_payload}),
 	qq({"schema":$key_schema,"payload":"k-2"} {"schema":$json_schema,"payload":null}),
 	# s3: a uuid key, a text payload
 	qq({"schema":$uuid_schema,"payload":"8d47e190-0402-4048-bc2c-89dd54343cdc"} {"schema":{"type":"string","optional":true},"payload":"plain"}),
@@ -250,7 +256,14 @@ my @want_schemas = (
 	  . qq("payload":{"payload":"{\\"b\\": true, \\"f\\": 1.5, \\"n\\": {\\"x\\": [1, 2]}, \\"s\\": \\"t\\", \\"big\\": 3000000000, \\"objs\\": [{\\"a\\": 1}, {\\"b\\": \\"x\\"}]}","aggId":"k-1","ver":2}}),
 	qq("k-2" {"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},)
 	  . qq({"type":"string","optional":false,"field":"aggId"},{"type":"int32","optional":true,"field":"ver"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
-	  . qq("payload":{"payload":null,"aggId":"k-2","ver":null}}));
+	  . qq("payload":{"payload":null,"aggId":"k-2","ver":null}}),
+	# s6: the expanded payload in the envelope, its schema a field there
+	qq("k-1" {"schema":{"type":"struct","fields":[) . substr($x_schema, 0, -1) . qq(,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"agg"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
+	  . qq("payload":{"payload":$x_payload,"agg":"k-1"}}),
+	qq("k-2" {"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"agg"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
+	  . qq("payload":{"payload":null,"agg":"k-2"}}));
 is_deeply([ sort map { "$_->{key} " . ($_->{size} < 0 ? 'tombstone' : $_->{value}) } @{ consume($broker, 'schemas') } ],
 	[ sort @want_schemas ], 'schemas enabled: key and value as the JsonConverter writes them with schemas');
 

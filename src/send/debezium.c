@@ -562,7 +562,8 @@ require_schema(TriggerData *trigdata, RouterColumn *column, const char *option)
 
 /*
  * The envelope's schema (schemas enabled): Debezium's structure of the
- * payload's and the placed columns' schemas, named
+ * payload's schema (the column's, or the expanded payload's) and the placed
+ * columns' schemas, named
  * <topic.prefix>.<schema>.<table>.<routed value>.Value, versioned by the
  * table.field.event.schema.version column.
  */
@@ -571,10 +572,6 @@ resolve_envelope_schema(TriggerData *trigdata, Router *r)
 {
 	Relation	rel = trigdata->tg_relation;
 
-	if (r->o.expand_json)
-		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
-			   "outbox_debezium() cannot expand the payload into an envelope with value.converter.schemas.enable=true",
-			   "Debezium's envelope keeps the payload column's schema, and fails each record whose payload expands.");
 	if (r->o.topic_prefix == NULL)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
 			   "outbox_debezium() needs option topic.prefix to place a column in the envelope with value.converter.schemas.enable=true",
@@ -1104,12 +1101,13 @@ build_headers(Router *r, TupleTableSlot *slot)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
-/* The envelope: the payload and the columns placed there. */
+/* The envelope: the payload and the columns placed there; payload_schema as payload_value()'s schema. */
 static void
-append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, bool isnull)
+append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, bool isnull,
+				StringInfo payload_schema)
 {
 	appendStringInfoString(out, "{\"payload\":");
-	(void) payload_value(r, payload, isnull, out, NULL);
+	(void) payload_value(r, payload, isnull, out, payload_schema);
 	for (int i = 0; i < r->nplaced; i++)
 	{
 		PlacedColumn *p = &r->placed[i];
@@ -1127,19 +1125,22 @@ append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, 
 }
 
 /*
- * The envelope's schema (resolve_envelope_schema() says what), named after
- * this row's routed value: Debezium names it after the first its task
- * routed, and keeps that name (see docs/debezium.md).
+ * The envelope's schema (resolve_envelope_schema() says what), of the
+ * payload's schema append_envelope() wrote, named after this row's routed
+ * value: Debezium names it after the first record its task routed with the
+ * same payload schema, and keeps that name (see docs/debezium.md).
  */
 static void
-append_envelope_schema(StringInfo out, Router *r, TupleTableSlot *slot)
+append_envelope_schema(StringInfo out, Router *r, TupleTableSlot *slot, StringInfo payload_schema)
 {
 	bool		isnull;
 	Datum		value = get_value(slot, &r->route, &isnull);
 	char	   *name = psprintf("%s%s.Value", r->schema_name, column_text(&r->route, value));
 
 	appendStringInfoString(out, "{\"type\":\"struct\",\"fields\":[");
-	append_column_schema(out, &r->payload, "payload");
+	/* as a field: the field's name before its closing brace */
+	appendBinaryStringInfo(out, payload_schema->data, payload_schema->len - 1);
+	appendStringInfoString(out, ",\"field\":\"payload\"}");
 	for (int i = 0; i < r->nplaced; i++)
 	{
 		PlacedColumn *p = &r->placed[i];
@@ -1187,15 +1188,18 @@ build_value(Router *r, TupleTableSlot *slot)
 		initStringInfo(&value);
 		if (r->envelope)
 		{
-			append_envelope_schema(&schema, r, slot);
-			append_envelope(&value, r, slot, payload, isnull);
+			StringInfoData payload_schema;
+
+			initStringInfo(&payload_schema);
+			append_envelope(&value, r, slot, payload, isnull, &payload_schema);
+			append_envelope_schema(&schema, r, slot, &payload_schema);
 		}
 		else
 			(void) payload_value(r, payload, isnull, &value, &schema);
 		append_with_schema(&json, &schema, &value);
 	}
 	else if (r->envelope)
-		append_envelope(&json, r, slot, payload, isnull);
+		append_envelope(&json, r, slot, payload, isnull, NULL);
 	else
 	{
 		as_is = payload_value(r, payload, isnull, &json, NULL);

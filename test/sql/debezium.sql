@@ -73,9 +73,6 @@ SELECT try('route.topic.replacement=x.$2');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('value.converter.schemas.enable=true', 'table.fields.additional.placement=type:envelope');
 \echo :LAST_ERROR_SQLSTATE
-SELECT try('value.converter.schemas.enable=true', 'table.fields.additional.placement=type:envelope',
-           'topic.prefix=dbserver1', 'table.expand.json.payload=true');
-\echo :LAST_ERROR_SQLSTATE
 SELECT try('value.converter.delegate.converter.type.schemas.enable=true');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('key.converter.schemas.enable=on');
