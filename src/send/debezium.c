@@ -488,7 +488,7 @@ require_kind(TriggerData *trigdata, RouterColumn *column, const char *option, bo
  * The Connect schema Debezium's PostgreSQL connector gives a column of a
  * type supported: its type, and its logical name (version 1) if any;
  * false for a type whose schema is not reproduced (an enum's carries its
- * labels, a domain's is its base type's under another name).
+ * labels; a domain's was not checked against Debezium's).
  */
 static bool
 column_schema_parts(RouterColumn *column, const char **type, const char **logical)
@@ -940,7 +940,10 @@ append_json(StringInfo out, RouterColumn *column, Datum value, bool isnull)
 	}
 }
 
-/* A column's schema as the JsonConverter writes it (schemas enabled); field: a structure's field's name, or NULL. */
+/*
+ * A column's schema as the JsonConverter writes it (schemas enabled);
+ * field: its name as a structure's field, or NULL.
+ */
 static void
 append_column_schema(StringInfo out, RouterColumn *column, const char *field)
 {
@@ -1101,7 +1104,10 @@ build_headers(Router *r, TupleTableSlot *slot)
 	return JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 }
 
-/* The envelope: the payload and the columns placed there; payload_schema as payload_value()'s schema. */
+/*
+ * The envelope: the payload and the columns placed there; payload_schema
+ * (unless NULL) as payload_value()'s schema.
+ */
 static void
 append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, bool isnull,
 				StringInfo payload_schema)
