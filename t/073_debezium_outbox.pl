@@ -17,6 +17,7 @@ use Test::More;
 my $broker = start_broker(topics => [
 	'outbox.event.Order:3', 'outbox.event.Customer:1', 'events.Order:3', 'Other:1',
 	'bin:1', 'expand:1', 'sent:3', 'eos:3', 'dead:2', 'str:1',
+	'schemas:1',
 	# exactly-once's progress records (a real Kafka creates no topic by itself)
 	'outbox_progress:3' ]);
 my $node = new_outbox_node('debezium', $broker, message_format => 'envelope',
@@ -194,6 +195,77 @@ is($str->[0]{value}, '{"a": 1}', 'value.converter StringConverter: the jsonb tex
 is($str->[0]{key}, '"s-1"', 'the key still by the JsonConverter');
 is(join(',', sort grep { !/^outbox-/ } keys %{ $str->[0]{headers} }), 'id,type',
 	'table.field.additional.missing=ignore: the missing column is left out');
+
+# ---- converters with schemas enabled (Kafka Connect's default) -----------------------
+# The key and the value as {"schema":...,"payload":...}: the schemas
+# Debezium's connector gives the columns (t/120_debezium_compare.pl checks
+# them against Debezium itself), the one its expansion infers (the value
+# expected here is the one Debezium 3.6.1's EventRouter and Kafka's
+# JsonConverter wrote for this payload), and a tombstone still a null record.
+$node->safe_psql('postgres', q{
+CREATE TABLE sch_events (id uuid NOT NULL, aggregatetype text NOT NULL, aggregateid varchar(255) NOT NULL,
+    payload jsonb, body text, bin bytea, at timestamp(3), ver integer);
+CREATE TRIGGER s1 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'key.converter.schemas.enable=true', 'value.converter.schemas.enable=true');
+CREATE TRIGGER s2 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'key.converter.schemas.enable=true', 'value.converter.schemas.enable=true',
+  'table.expand.json.payload=true');
+CREATE TRIGGER s3 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'key.converter.schemas.enable=true', 'value.converter.schemas.enable=true',
+  'table.field.event.payload=body', 'table.field.event.key=id');
+CREATE TRIGGER s4 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'key.converter.schemas.enable=true', 'value.converter.schemas.enable=true',
+  'table.field.event.payload=bin', 'table.field.event.key=at', 'route.tombstone.on.empty.payload=true');
+CREATE TRIGGER s5 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'value.converter.schemas.enable=true', 'topic.prefix=dbz',
+  'table.fields.additional.placement=aggregateid:envelope:aggId,ver:envelope', 'table.field.event.schema.version=ver');
+CREATE TRIGGER s6 AFTER INSERT ON sch_events FOR EACH ROW EXECUTE FUNCTION outbox_debezium(
+  'route.topic.replacement=schemas', 'value.converter.schemas.enable=true', 'topic.prefix=dbz',
+  'table.fields.additional.placement=aggregateid:envelope:agg', 'table.expand.json.payload=true');
+INSERT INTO sch_events VALUES
+  ('8d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 'k-1',
+   '{"b": true, "f": 1.5, "n": {"x": [1, 2]}, "s": "t", "big": 3000000000, "objs": [{"a": 1}, {"b": "x"}]}',
+   'plain', '\x00ff', '2024-05-06 07:08:09.123', 2),
+  ('9d47e190-0402-4048-bc2c-89dd54343cdc', 'x', 'k-2', NULL, NULL, NULL, NULL, NULL);
+});
+ok(wait_for_empty($node, 60), 'the records with schemas are delivered');
+my $json_schema = '{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}';
+my $key_schema = '{"type":"string","optional":false}';
+my $uuid_schema = '{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1}';
+my $ts_schema = '{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","version":1}';
+# the expanded payload's schema and value
+my $x_schema = '{"type":"struct","fields":[{"type":"boolean","optional":true,"field":"b"},{"type":"double","optional":true,"field":"f"},{"type":"struct","fields":[{"type":"array","items":{"type":"int32","optional":true},"optional":true,"field":"x"}],"optional":true,"name":"payload.n","field":"n"},{"type":"string","optional":true,"field":"s"},{"type":"int64","optional":true,"field":"big"},{"type":"array","items":{"type":"struct","fields":[{"type":"int32","optional":true,"field":"a"},{"type":"string","optional":true,"field":"b"}],"optional":false,"name":"payload.objs"},"optional":true,"field":"objs"}],"optional":true,"name":"payload"}';
+my $x_payload = '{"b":true,"f":1.5,"n":{"x":[1,2]},"s":"t","big":3000000000,"objs":[{"a":1,"b":null},{"a":null,"b":"x"}]}';
+my @want_schemas = (
+	# s1: the jsonb payload, a string named io.debezium.data.Json
+	qq({"schema":$key_schema,"payload":"k-1"} {"schema":$json_schema,"payload":"{\\"b\\": true, \\"f\\": 1.5, \\"n\\": {\\"x\\": [1, 2]}, \\"s\\": \\"t\\", \\"big\\": 3000000000, \\"objs\\": [{\\"a\\": 1}, {\\"b\\": \\"x\\"}]}"}),
+	qq({"schema":$key_schema,"payload":"k-2"} {"schema":$json_schema,"payload":null}),
+	# s2: expanded, the inferred structure named by its path
+	qq({"schema":$key_schema,"payload":"k-1"} {"schema":$x_schema,"payload":$x_payload}),
+	qq({"schema":$key_schema,"payload":"k-2"} {"schema":$json_schema,"payload":null}),
+	# s3: a uuid key, a text payload
+	qq({"schema":$uuid_schema,"payload":"8d47e190-0402-4048-bc2c-89dd54343cdc"} {"schema":{"type":"string","optional":true},"payload":"plain"}),
+	qq({"schema":$uuid_schema,"payload":"9d47e190-0402-4048-bc2c-89dd54343cdc"} {"schema":{"type":"string","optional":true},"payload":null}),
+	# s4: a timestamp(3) key, a bytea payload; a NULL one a tombstone
+	qq({"schema":$ts_schema,"payload":1714979289123} {"schema":{"type":"bytes","optional":true},"payload":"AP8="}),
+	qq({"schema":$ts_schema,"payload":null} tombstone),
+	# s5: an envelope, its schema named <topic.prefix>.<schema>.<table>.<routed value>.Value
+	# and versioned by the version column
+	qq("k-1" {"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"aggId"},{"type":"int32","optional":true,"field":"ver"}],"optional":false,"name":"dbz.public.sch_events.x.Value","version":2},)
+	  . qq("payload":{"payload":"{\\"b\\": true, \\"f\\": 1.5, \\"n\\": {\\"x\\": [1, 2]}, \\"s\\": \\"t\\", \\"big\\": 3000000000, \\"objs\\": [{\\"a\\": 1}, {\\"b\\": \\"x\\"}]}","aggId":"k-1","ver":2}}),
+	qq("k-2" {"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"aggId"},{"type":"int32","optional":true,"field":"ver"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
+	  . qq("payload":{"payload":null,"aggId":"k-2","ver":null}}),
+	# s6: the expanded payload in the envelope, its schema a field there
+	qq("k-1" {"schema":{"type":"struct","fields":[) . substr($x_schema, 0, -1) . qq(,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"agg"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
+	  . qq("payload":{"payload":$x_payload,"agg":"k-1"}}),
+	qq("k-2" {"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},)
+	  . qq({"type":"string","optional":false,"field":"agg"}],"optional":false,"name":"dbz.public.sch_events.x.Value"},)
+	  . qq("payload":{"payload":null,"agg":"k-2"}}));
+is_deeply([ sort map { "$_->{key} " . ($_->{size} < 0 ? 'tombstone' : $_->{value}) } @{ consume($broker, 'schemas') } ],
+	[ sort @want_schemas ], 'schemas enabled: key and value as the JsonConverter writes them with schemas');
 
 # ---- the partition chosen by the sender ---------------------------------------------
 # (in the 'payload' format from here on: the values read are the payloads)

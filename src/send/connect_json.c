@@ -1,9 +1,9 @@
 /*
  * connect_json.c
- *		What Kafka Connect's JsonConverter, with schemas disabled, writes of
- *		the values Debezium's outbox router hands it: the bytes a consumer
- *		of a Debezium outbox topic reads today, which debezium.c must write
- *		alike.
+ *		What Kafka Connect's JsonConverter writes of the values Debezium's
+ *		outbox router hands it: the bytes a consumer of a Debezium outbox
+ *		topic reads today, which debezium.c must write alike; with schemas
+ *		enabled, also the schema the router infers for an expanded payload.
  *
  * The converter writes compact JSON through Jackson: strings escaped as
  * Jackson escapes them (control characters only; \u00XX in upper case),
@@ -685,6 +685,62 @@ schema_of(Expansion *x, JsonNode *node)
 	return NULL;
 }
 
+/* ---- the schema, as the converter writes it with schemas enabled -------- */
+
+/*
+ * Kafka's JsonConverter's form of a schema: its type, a structure's fields
+ * (each its schema, then "field") or an array's items, then "optional",
+ * then a structure's name. The router names a structure by its path from
+ * "payload": a member's is its parent's name, a dot and the member's name
+ * (the member's name alone under an unnamed parent); an array's elements
+ * take the array's path, but an array's elements' elements none.
+ */
+static void
+write_schema(StringInfo out, const Schema *s, const char *field, int fieldlen,
+			 const char *path)
+{
+	static const char *const names[] = {
+		[S_STRING] = "string",[S_BOOLEAN] = "boolean",[S_INT32] = "int32",
+		[S_INT64] = "int64",[S_FLOAT64] = "double",[S_BYTES] = "bytes",
+		[S_ARRAY] = "array",[S_STRUCT] = "struct"
+	};
+
+	check_stack_depth();
+	appendStringInfo(out, "{\"type\":\"%s\"", names[s->type]);
+	if (s->type == S_STRUCT)
+	{
+		appendStringInfoString(out, ",\"fields\":[");
+		for (int i = 0; i < s->n; i++)
+		{
+			char	   *member = path == NULL ? pnstrdup(s->names[i], s->namelens[i]) :
+			psprintf("%s.%.*s", path, s->namelens[i], s->names[i]);
+
+			if (i > 0)
+				appendStringInfoChar(out, ',');
+			write_schema(out, s->fields[i], s->names[i], s->namelens[i], member);
+		}
+		appendStringInfoChar(out, ']');
+	}
+	else if (s->type == S_ARRAY)
+	{
+		appendStringInfoString(out, ",\"items\":");
+		write_schema(out, s->element, NULL, 0,
+					 s->element->type == S_ARRAY ? NULL : path);
+	}
+	appendStringInfo(out, ",\"optional\":%s", s->required ? "false" : "true");
+	if (s->type == S_STRUCT && path != NULL)
+	{
+		appendStringInfoString(out, ",\"name\":");
+		connect_json_string(out, path, strlen(path));
+	}
+	if (field != NULL)
+	{
+		appendStringInfoString(out, ",\"field\":");
+		connect_json_string(out, field, fieldlen);
+	}
+	appendStringInfoChar(out, '}');
+}
+
 /* ---- the value, written by its schema ------------------------------------ */
 
 static JsonNode *
@@ -772,7 +828,8 @@ write_value(Expansion *x, StringInfo out, JsonNode *node, Schema *schema)
 }
 
 bool
-connect_json_expand(StringInfo out, const char *text, int len, bool null_as_bytes)
+connect_json_expand(StringInfo out, const char *text, int len, bool null_as_bytes,
+					StringInfo schema_out)
 {
 	Parser		p = {text, len, 0, false};
 	Expansion	x = {null_as_bytes, false};
@@ -795,5 +852,7 @@ connect_json_expand(StringInfo out, const char *text, int len, bool null_as_byte
 	if (x.failed)
 		return false;
 	appendBinaryStringInfo(out, written.data, written.len);
+	if (schema_out != NULL)
+		write_schema(schema_out, schema, NULL, 0, "payload");
 	return true;
 }

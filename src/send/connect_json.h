@@ -1,6 +1,6 @@
 /*
  * connect_json.h
- *		The bytes Kafka Connect's JsonConverter (schemas disabled) writes
+ *		The bytes Kafka Connect's JsonConverter writes
  *		for the values Debezium's outbox router hands it, for debezium.c:
  *		strings, numbers, bytes, and a JSON payload expanded the way the
  *		router expands one (table.expand.json.payload).
@@ -26,8 +26,10 @@ extern void connect_json_bytes(StringInfo out, const char *data, int len);
  * the router's structure; false (out untouched) where the router's
  * expansion fails and it keeps the payload as a string. null_as_bytes:
  * table.json.payload.null.behavior = optional_bytes (null members kept).
+ * schema_out (unless NULL): the schema the router inferred, as the
+ * converter writes it with schemas enabled.
  */
 extern bool connect_json_expand(StringInfo out, const char *text, int len,
-								bool null_as_bytes);
+								bool null_as_bytes, StringInfo schema_out);
 
 #endif							/* OUTBOX_CONNECT_JSON_H */

@@ -85,6 +85,8 @@ typedef struct RouterColumn
 	Oid			type;
 	ValueKind	kind;
 	bool		millis;			/* a timestamp(0..3): milliseconds */
+	bool		optional;		/* nullable: its Connect schema is optional */
+	bool		has_default;	/* Debezium's schema would carry the default */
 	FmgrInfo	output;
 } RouterColumn;
 
@@ -102,7 +104,7 @@ typedef struct PlacedColumn
 
 typedef enum Converter
 {
-	CONVERTER_JSON,				/* JsonConverter, schemas.enable=false */
+	CONVERTER_JSON,				/* JsonConverter (schemas: *_schemas below) */
 	CONVERTER_STRING,			/* StringConverter */
 	CONVERTER_BINARY			/* Debezium's BinaryDataConverter, JSON for the rest */
 } Converter;
@@ -125,6 +127,7 @@ typedef struct RouterOptions
 	const char *route_by_field;
 	const char *route_topic_regex;
 	const char *route_topic_replacement;
+	const char *topic_prefix;	/* the connector's, in the envelope's schema name */
 	bool		tombstone_on_empty;
 	bool		expand_json;
 	int			null_as_bytes;	/* table.json.payload.null.behavior: 1 optional_bytes */
@@ -132,6 +135,8 @@ typedef struct RouterOptions
 	int			invalid_op;		/* an InvalidOp */
 	Converter	key_converter;
 	Converter	value_converter;
+	bool		key_schemas;	/* key.converter.schemas.enable */
+	bool		value_schemas;	/* value.converter.schemas.enable */
 	bool		delete_row;
 } RouterOptions;
 
@@ -144,9 +149,12 @@ typedef struct Router
 	RouterColumn payload;
 	RouterColumn route;
 	RouterColumn timestamp;
+	RouterColumn version;		/* table.field.event.schema.version, or attnum 0 */
 	int			nplaced;
 	PlacedColumn *placed;
 	bool		envelope;		/* a column placed in the envelope */
+	bool		envelope_schema;	/* ... and the envelope's schema written */
+	char	   *schema_name;	/* its name up to the routed value */
 	text	   *regex;			/* route.topic.regex, anchored, PostgreSQL's syntax */
 	int			ngroups;
 	List	   *group_names;	/* a name (or NULL) per group, from 1 */
@@ -235,7 +243,7 @@ require_false(TriggerData *trigdata, const char *name, const char *value)
 	if (b)
 		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
 			   psprintf("outbox_debezium() does not support \"%s=true\"", name),
-			   "pg_outbox writes the converters' bytes with schemas disabled only: see docs/debezium.md.");
+			   "The BinaryDataConverter's delegate is supported with schemas disabled only: see docs/debezium.md.");
 }
 
 /* The position of value among an option's words (NULL-ended), any case. */
@@ -276,6 +284,7 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"route.by.field", offsetof(RouterOptions, route_by_field)},
 		{"route.topic.regex", offsetof(RouterOptions, route_topic_regex)},
 		{"route.topic.replacement", offsetof(RouterOptions, route_topic_replacement)},
+		{"topic.prefix", offsetof(RouterOptions, topic_prefix)},
 	};
 	static const struct
 	{
@@ -285,6 +294,8 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		{"route.tombstone.on.empty.payload", offsetof(RouterOptions, tombstone_on_empty)},
 		{"table.expand.json.payload", offsetof(RouterOptions, expand_json)},
 		{"outbox.delete.after.capture", offsetof(RouterOptions, delete_row)},
+		{"key.converter.schemas.enable", offsetof(RouterOptions, key_schemas)},
+		{"value.converter.schemas.enable", offsetof(RouterOptions, value_schemas)},
 	};
 	/* a value's position among its option's words is the value set */
 	static const struct
@@ -327,9 +338,7 @@ set_option(TriggerData *trigdata, RouterOptions *o, const char *name, const char
 		o->key_converter = parse_converter(trigdata, name, value, false);
 	else if (strcmp(name, "value.converter") == 0)
 		o->value_converter = parse_converter(trigdata, name, value, true);
-	else if (strcmp(name, "key.converter.schemas.enable") == 0 ||
-			 strcmp(name, "value.converter.schemas.enable") == 0 ||
-			 strcmp(name, "value.converter.delegate.converter.type.schemas.enable") == 0)
+	else if (strcmp(name, "value.converter.delegate.converter.type.schemas.enable") == 0)
 		require_false(trigdata, name, value);
 	else if (strcmp(name, "value.converter.delegate.converter.type") == 0)
 	{
@@ -440,6 +449,8 @@ find_typed_column(TriggerData *trigdata, const char *option, const char *name,
 		column->type = attr->atttypid;
 		column->kind = value_kind(attr->atttypid);
 		column->millis = attr->atttypmod >= 0 && attr->atttypmod <= 3;
+		column->optional = !attr->attnotnull;
+		column->has_default = attr->atthasdef;
 		if (typed && column->kind == KIND_UNSUPPORTED)
 			refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
 				   psprintf("column \"%s\" (option %s) is of type %s, which outbox_debezium() does not support",
@@ -472,6 +483,110 @@ require_kind(TriggerData *trigdata, RouterColumn *column, const char *option, bo
 			   psprintf("column \"%s\" (option %s) is of type %s: it must be %s",
 						column->name, option, format_type_be(column->type), what),
 			   NULL);
+}
+
+/*
+ * The Connect schema Debezium's PostgreSQL connector gives a column of a
+ * type supported: its type, and its logical name (version 1) if any;
+ * false for a type whose schema is not reproduced (an enum's carries its
+ * labels; a domain's was not checked against Debezium's).
+ */
+static bool
+column_schema_parts(RouterColumn *column, const char **type, const char **logical)
+{
+	*logical = NULL;
+	switch (column->type)
+	{
+		case TEXTOID:
+		case VARCHAROID:
+		case BPCHAROID:
+			*type = "string";
+			return true;
+		case UUIDOID:
+			*type = "string";
+			*logical = "io.debezium.data.Uuid";
+			return true;
+		case JSONOID:
+		case JSONBOID:
+			*type = "string";
+			*logical = "io.debezium.data.Json";
+			return true;
+		case INT2OID:
+			*type = "int16";
+			return true;
+		case INT4OID:
+			*type = "int32";
+			return true;
+		case INT8OID:
+			*type = "int64";
+			return true;
+		case BOOLOID:
+			*type = "boolean";
+			return true;
+		case FLOAT8OID:
+			*type = "double";
+			return true;
+		case TIMESTAMPOID:
+			*type = "int64";
+			*logical = column->millis ? "io.debezium.time.Timestamp" : "io.debezium.time.MicroTimestamp";
+			return true;
+		case BYTEAOID:
+			*type = "bytes";
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * A column whose schema the converter writes (schemas enabled): of a type
+ * whose schema is reproduced, without a default (Debezium's schema
+ * carries the default as its converters read the expression).
+ */
+static void
+require_schema(TriggerData *trigdata, RouterColumn *column, const char *option)
+{
+	const char *type;
+	const char *logical;
+
+	if (!column_schema_parts(column, &type, &logical))
+		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+			   psprintf("column \"%s\" (option %s) is of type %s, whose schema outbox_debezium() does not write",
+						column->name, option, format_type_be(column->type)),
+			   "With schemas enabled: text, varchar, char, uuid, json, jsonb, smallint, integer, bigint, boolean, double precision, timestamp, bytea.");
+	if (column->has_default)
+		refuse(trigdata, ERRCODE_FEATURE_NOT_SUPPORTED,
+			   psprintf("column \"%s\" (option %s) has a default, which outbox_debezium() does not write in its schema",
+						column->name, option),
+			   "Debezium's schema of a column carries its default: drop the default, or disable schemas.");
+}
+
+/*
+ * The envelope's schema (schemas enabled): Debezium's structure of the
+ * payload's schema (the column's, or the expanded payload's) and the placed
+ * columns' schemas, named
+ * <topic.prefix>.<schema>.<table>.<routed value>.Value, versioned by the
+ * table.field.event.schema.version column.
+ */
+static void
+resolve_envelope_schema(TriggerData *trigdata, Router *r)
+{
+	Relation	rel = trigdata->tg_relation;
+
+	if (r->o.topic_prefix == NULL)
+		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
+			   "outbox_debezium() needs option topic.prefix to place a column in the envelope with value.converter.schemas.enable=true",
+			   "Give the connector's topic.prefix: the envelope's schema is named after it.");
+	for (int i = 0; i < r->nplaced; i++)
+		if (r->placed[i].placement == PLACE_ENVELOPE)
+			require_schema(trigdata, &r->placed[i].column, "table.fields.additional.placement");
+	if (r->version.attnum != 0)
+		require_kind(trigdata, &r->version, "table.field.event.schema.version",
+					 r->version.type == INT4OID, "integer");
+	r->schema_name = psprintf("%s.%s.%s.", r->o.topic_prefix,
+							  get_namespace_name(RelationGetNamespace(rel)),
+							  RelationGetRelationName(rel));
+	r->envelope_schema = true;
 }
 
 /* table.fields.additional.placement: column:placement[:alias], comma-separated. */
@@ -721,11 +836,9 @@ resolve_router(TriggerData *trigdata)
 	}
 	if (r->o.field_schema_version != NULL)
 	{
-		RouterColumn version;
-
-		/* a schema's version: nothing in the bytes with schemas disabled */
+		/* a schema's version: only in the envelope's schema */
 		find_typed_column(trigdata, "table.field.event.schema.version",
-						  r->o.field_schema_version, false, false, &version);
+						  r->o.field_schema_version, false, false, &r->version);
 	}
 	if (r->o.placement != NULL)
 		resolve_placements(trigdata, r);
@@ -733,6 +846,14 @@ resolve_router(TriggerData *trigdata)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
 			   "outbox_debezium() cannot place a column in the envelope with the StringConverter",
 			   "The StringConverter would write the envelope structure's Java toString().");
+	if (r->o.key_schemas && r->o.key_converter == CONVERTER_JSON)
+		require_schema(trigdata, &r->key, "table.field.event.key");
+	if (r->o.value_schemas && r->o.value_converter == CONVERTER_JSON)
+	{
+		require_schema(trigdata, &r->payload, "table.field.event.payload");
+		if (r->envelope)
+			resolve_envelope_schema(trigdata, r);
+	}
 	if (r->payload.kind == KIND_BYTES && r->o.value_converter == CONVERTER_STRING)
 		refuse(trigdata, ERRCODE_INVALID_PARAMETER_VALUE,
 			   "outbox_debezium() cannot write a bytea payload with the StringConverter",
@@ -820,6 +941,40 @@ append_json(StringInfo out, RouterColumn *column, Datum value, bool isnull)
 	}
 }
 
+/*
+ * A column's schema as the JsonConverter writes it (schemas enabled);
+ * field: its name as a structure's field, or NULL.
+ */
+static void
+append_column_schema(StringInfo out, RouterColumn *column, const char *field)
+{
+	const char *type;
+	const char *logical;
+
+	(void) column_schema_parts(column, &type, &logical);
+	appendStringInfo(out, "{\"type\":\"%s\",\"optional\":%s", type,
+					 column->optional ? "true" : "false");
+	if (logical != NULL)
+		appendStringInfo(out, ",\"name\":\"%s\",\"version\":1", logical);
+	if (field != NULL)
+	{
+		appendStringInfoString(out, ",\"field\":");
+		connect_json_string(out, field, strlen(field));
+	}
+	appendStringInfoChar(out, '}');
+}
+
+/* The JsonConverter's envelope of a value and its schema (schemas enabled). */
+static void
+append_with_schema(StringInfo out, StringInfo schema, StringInfo value)
+{
+	appendStringInfoString(out, "{\"schema\":");
+	appendBinaryStringInfo(out, schema->data, schema->len);
+	appendStringInfoString(out, ",\"payload\":");
+	appendBinaryStringInfo(out, value->data, value->len);
+	appendStringInfoChar(out, '}');
+}
+
 /* A value as a string (the header converter's, the StringConverter's). */
 static char *
 plain_text(RouterColumn *column, Datum value)
@@ -841,13 +996,19 @@ plain_text(RouterColumn *column, Datum value)
 	}
 }
 
-/* The payload as the value's converter writes it; NULL: a null value. */
+/*
+ * The payload as the value's converter writes it; NULL: a null value.
+ * schema (unless NULL): the payload's schema, the column's or the one the
+ * expansion inferred.
+ */
 static bytea *
-payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
+payload_value(Router *r, Datum payload, bool isnull, StringInfo json, StringInfo schema)
 {
 	if (isnull)
 	{
 		appendStringInfoString(json, "null");
+		if (schema != NULL)
+			append_column_schema(schema, &r->payload, NULL);
 		return NULL;
 	}
 	if (r->payload.kind == KIND_BYTES)
@@ -855,6 +1016,8 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
 		bytea	   *bytes = DatumGetByteaPP(payload);
 
 		connect_json_bytes(json, VARDATA_ANY(bytes), VARSIZE_ANY_EXHDR(bytes));
+		if (schema != NULL)
+			append_column_schema(schema, &r->payload, NULL);
 		return r->o.value_converter == CONVERTER_BINARY ? bytes : NULL;
 	}
 	else
@@ -862,8 +1025,13 @@ payload_value(Router *r, Datum payload, bool isnull, StringInfo json)
 		char	   *text = column_text(&r->payload, payload);
 		int			len = strlen(text);
 
-		if (!(r->o.expand_json && connect_json_expand(json, text, len, r->o.null_as_bytes)))
+		if (!(r->o.expand_json &&
+			  connect_json_expand(json, text, len, r->o.null_as_bytes, schema)))
+		{
 			connect_json_string(json, text, len);
+			if (schema != NULL)
+				append_column_schema(schema, &r->payload, NULL);
+		}
 		return r->o.value_converter == CONVERTER_STRING ? (bytea *) cstring_to_text(text) : NULL;
 	}
 }
@@ -937,6 +1105,69 @@ build_headers(Router *r, TupleTableSlot *slot)
 	return JsonbValueToJsonb(compat_pushJsonbEnd(&state, WJB_END_OBJECT));
 }
 
+/*
+ * The envelope: the payload and the columns placed there; payload_schema
+ * (unless NULL) as payload_value()'s schema.
+ */
+static void
+append_envelope(StringInfo out, Router *r, TupleTableSlot *slot, Datum payload, bool isnull,
+				StringInfo payload_schema)
+{
+	appendStringInfoString(out, "{\"payload\":");
+	(void) payload_value(r, payload, isnull, out, payload_schema);
+	for (int i = 0; i < r->nplaced; i++)
+	{
+		PlacedColumn *p = &r->placed[i];
+		Datum		value;
+
+		if (p->placement != PLACE_ENVELOPE)
+			continue;
+		value = get_value(slot, &p->column, &isnull);
+		appendStringInfoChar(out, ',');
+		connect_json_string(out, p->alias, strlen(p->alias));
+		appendStringInfoChar(out, ':');
+		append_json(out, &p->column, value, isnull);
+	}
+	appendStringInfoChar(out, '}');
+}
+
+/*
+ * The envelope's schema (resolve_envelope_schema() says what), of the
+ * payload's schema append_envelope() wrote, named after this row's routed
+ * value: Debezium names it after the first record its task routed with the
+ * same payload schema, and keeps that name (see docs/debezium.md).
+ */
+static void
+append_envelope_schema(StringInfo out, Router *r, TupleTableSlot *slot, StringInfo payload_schema)
+{
+	bool		isnull;
+	Datum		value = get_value(slot, &r->route, &isnull);
+	char	   *name = psprintf("%s%s.Value", r->schema_name, column_text(&r->route, value));
+
+	appendStringInfoString(out, "{\"type\":\"struct\",\"fields\":[");
+	/* as a field: the field's name before its closing brace */
+	appendBinaryStringInfo(out, payload_schema->data, payload_schema->len - 1);
+	appendStringInfoString(out, ",\"field\":\"payload\"}");
+	for (int i = 0; i < r->nplaced; i++)
+	{
+		PlacedColumn *p = &r->placed[i];
+
+		if (p->placement != PLACE_ENVELOPE)
+			continue;
+		appendStringInfoChar(out, ',');
+		append_column_schema(out, &p->column, p->alias);
+	}
+	appendStringInfoString(out, "],\"optional\":false,\"name\":");
+	connect_json_string(out, name, strlen(name));
+	if (r->version.attnum != 0)
+	{
+		value = get_value(slot, &r->version, &isnull);
+		if (!isnull)
+			appendStringInfo(out, ",\"version\":%d", DatumGetInt32(value));
+	}
+	appendStringInfoChar(out, '}');
+}
+
 /* The value: the payload, or the envelope of it and the columns placed there. */
 static bytea *
 build_value(Router *r, TupleTableSlot *slot)
@@ -954,34 +1185,38 @@ build_value(Router *r, TupleTableSlot *slot)
 	/* bytea's header first, filled in at the end */
 	initStringInfo(&json);
 	appendStringInfoSpaces(&json, VARHDRSZ);
-	if (r->envelope)
-		appendStringInfoString(&json, "{\"payload\":");
-	as_is = payload_value(r, payload, isnull, &json);
-	if (!r->envelope)
+	if (r->envelope_schema ||
+		(!r->envelope && r->o.value_schemas && r->o.value_converter == CONVERTER_JSON))
 	{
+		StringInfoData schema;
+		StringInfoData value;
+
+		initStringInfo(&schema);
+		initStringInfo(&value);
+		if (r->envelope)
+		{
+			StringInfoData payload_schema;
+
+			initStringInfo(&payload_schema);
+			append_envelope(&value, r, slot, payload, isnull, &payload_schema);
+			append_envelope_schema(&schema, r, slot, &payload_schema);
+		}
+		else
+			(void) payload_value(r, payload, isnull, &value, &schema);
+		append_with_schema(&json, &schema, &value);
+	}
+	else if (r->envelope)
+		append_envelope(&json, r, slot, payload, isnull, NULL);
+	else
+	{
+		as_is = payload_value(r, payload, isnull, &json, NULL);
 		/* the StringConverter's text, the BinaryDataConverter's bytes */
 		if (as_is != NULL ||
 			(isnull && (r->o.value_converter == CONVERTER_STRING ||
 						(r->o.value_converter == CONVERTER_BINARY &&
 						 r->payload.kind == KIND_BYTES))))
 			return as_is;
-		SET_VARSIZE(json.data, json.len);
-		return (bytea *) json.data;
 	}
-	for (int i = 0; i < r->nplaced; i++)
-	{
-		PlacedColumn *p = &r->placed[i];
-		Datum		value;
-
-		if (p->placement != PLACE_ENVELOPE)
-			continue;
-		value = get_value(slot, &p->column, &isnull);
-		appendStringInfoChar(&json, ',');
-		connect_json_string(&json, p->alias, strlen(p->alias));
-		appendStringInfoChar(&json, ':');
-		append_json(&json, &p->column, value, isnull);
-	}
-	appendStringInfoChar(&json, '}');
 	SET_VARSIZE(json.data, json.len);
 	return (bytea *) json.data;
 }
@@ -1001,6 +1236,17 @@ build_key(Router *r, TupleTableSlot *slot, RouterRecord *record)
 			record->key_isnull = true;
 		else
 			appendStringInfoString(&record->key, plain_text(&r->key, value));
+	}
+	else if (r->o.key_schemas)
+	{
+		StringInfoData schema;
+		StringInfoData json;
+
+		initStringInfo(&schema);
+		initStringInfo(&json);
+		append_column_schema(&schema, &r->key, NULL);
+		append_json(&json, &r->key, value, isnull);
+		append_with_schema(&record->key, &schema, &json);
 	}
 	else
 		append_json(&record->key, &r->key, value, isnull);

@@ -71,7 +71,11 @@ SELECT try('route.topic.replacement=x.${other}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('route.topic.replacement=x.$2');
 \echo :LAST_ERROR_SQLSTATE
-SELECT try('value.converter.schemas.enable=true');
+SELECT try('value.converter.schemas.enable=true', 'table.fields.additional.placement=type:envelope');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('value.converter.delegate.converter.type.schemas.enable=true');
+\echo :LAST_ERROR_SQLSTATE
+SELECT try('key.converter.schemas.enable=on');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('key.converter=io.confluent.connect.avro.AvroConverter');
 \echo :LAST_ERROR_SQLSTATE
@@ -105,12 +109,23 @@ INSERT INTO shrinking VALUES (gen_random_uuid(), 'Order', 'o-1', '{}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS rows FROM shrinking;
 DROP TABLE shrinking;
+-- with schemas, a column whose schema would carry its default: refused
+CREATE TABLE defaulted (id uuid, aggregatetype text, aggregateid text, payload jsonb DEFAULT '{}');
+CREATE TRIGGER d AFTER INSERT ON defaulted FOR EACH ROW
+    EXECUTE FUNCTION dbz.outbox_debezium('value.converter.schemas.enable=true');
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE defaulted;
 \set VERBOSITY default
 
 -- one row, stored: the record as the worker will send it
 SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope,at:partition');
 \echo :LAST_ERROR_SQLSTATE
 SELECT try('table.fields.additional.placement=type:header:eventType,small:envelope');
+-- with schemas: the key's and the expanded payload's schemas; an envelope's
+SELECT try('key.converter.schemas.enable=true', 'value.converter.schemas.enable=true',
+           'table.expand.json.payload=true');
+SELECT try('value.converter.schemas.enable=true', 'topic.prefix=dbserver1',
+           'table.fields.additional.placement=small:envelope:s,part:envelope');
 SELECT topic, convert_from(key, 'UTF8') AS key, convert_from(payload, 'UTF8') AS value,
        headers, payload_type, partition
 FROM dbz.outbox;
