@@ -494,6 +494,7 @@ require_kind(TriggerData *trigdata, RouterColumn *column, const char *option, bo
 static bool
 column_schema_parts(RouterColumn *column, const char **type, const char **logical)
 {
+	*type = NULL;
 	*logical = NULL;
 	switch (column->type)
 	{
