@@ -88,8 +88,13 @@ t_build=$((SECONDS - t0))
 t0=$SECONDS
 status=0
 chown -R "$RUN_USER" "$WORK/tree" "$WORK/pg"
+# The wheel's programs and modules find no libpq of their own (no RPATH):
+# without this, its dblink.so loads Debian 12's older libpq and fails
+# (undefined symbol PQconnectionUsedGSSAPI). Its lib/ holds only
+# PostgreSQL's own libraries.
+WHEEL_LIBS="LD_LIBRARY_PATH=$PGDIR/lib"
 log "pg_regress"
-as_user make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" installcheck || status=$?
+as_user env "$WHEEL_LIBS" make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" installcheck || status=$?
 [ $status -eq 0 ] || cat "$WORK/tree/regression.diffs" 2>/dev/null || true
 log "TAP: $(echo $TESTS)"
 # PostgreSQL was configured without TAP tests: PGXS's prove_installcheck
@@ -98,7 +103,7 @@ log "TAP: $(echo $TESTS)"
 # directories there (16's PGXS sets TESTDATADIR instead); without it they
 # are relative, and a path handed to the server (a data directory, a
 # secrets file) resolves against the server's own directory.
-as_user env TESTDIR="$WORK/tree" make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" prove_installcheck \
+as_user env "$WHEEL_LIBS" TESTDIR="$WORK/tree" make -C "$WORK/tree" -s PG_CONFIG="$PG_CONFIG" prove_installcheck \
   enable_tap_tests=yes PROVE=prove PROVE_FLAGS="--timer" PROVE_TESTS="$(echo $TESTS)" 2>&1 |
   tee "$WORK/prove.log" || status=$?
 grep -q '^Result: PASS' "$WORK/prove.log" || [ $status -ne 0 ] || status=1

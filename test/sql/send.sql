@@ -273,9 +273,22 @@ FROM (VALUES
     ($$app.outbox_send('p', '\x01'::bytea, key => '\x02', headers => NULL, partition => NULL)$$)
 ) c(call), LATERAL pg_temp.resolved(c.call) r;
 
--- a partition without key and headers matches no function
-SELECT app.outbox_send('p', 'x', partition => 2);
-SELECT app.outbox_send('p', '{}'::jsonb, 'k', partition => 2);
+-- a partition without key and headers matches no function (only the
+-- SQLSTATE: the error's detail and hint differ between majors)
+DO $$
+BEGIN
+    PERFORM app.outbox_send('p', 'x', partition => 2);
+EXCEPTION WHEN undefined_function THEN
+    RAISE NOTICE 'outbox_send(topic, payload, partition => 2): %', SQLSTATE;
+END
+$$;
+DO $$
+BEGIN
+    PERFORM app.outbox_send('p', '{}'::jsonb, 'k', partition => 2);
+EXCEPTION WHEN undefined_function THEN
+    RAISE NOTICE 'outbox_send(topic, payload, key, partition => 2): %', SQLSTATE;
+END
+$$;
 
 --
 -- Clean up: the next test starts without the extension.
