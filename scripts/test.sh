@@ -147,8 +147,13 @@ fi
 # threads in the same seconds, and the latency bounds are 5-10 times what
 # is measured two at once: they share). t/050 too, until we know why its
 # template copy once waited past 30 s for its first delivery two at once
-# under a loaded machine (it passes alone and beside its neighbour).
-MOCK_ALONE="t/026_retry_drain.pl t/050_databases.pl t/054_partition_pacing.pl t/062_long_snapshot.pl"
+# under a loaded machine (it passes alone and beside its neighbour). And
+# t/028, whose broker answers 2 s late under a 3 s socket timeout: on a
+# loaded machine a reply past 3 s makes librdkafka send again, and the
+# project's broker (no idempotence check) writes the batch twice, which
+# its duplicate count takes for a rebuild's (8 duplicates, once, two at
+# once; it passed alone and in every other run).
+MOCK_ALONE="t/026_retry_drain.pl t/028_rebuild_in_flight.pl t/050_databases.pl t/054_partition_pacing.pl t/062_long_snapshot.pl"
 mock_together=()
 for t in t/0*.pl; do [[ " $MOCK_ALONE " == *" $t "* ]] || mock_together+=("$t"); done
 PROVE_JOBS=2 run_tap "pg_regress and the TAP tests on the project's broker, two at once" "" "${mock_together[*]}"
