@@ -52,6 +52,9 @@ my @PARTS = (
 		about => 'the worker\'s main thread and librdkafka\'s threads at fixed rates (and round trips)' },
 	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
 	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
+	# restarts the node with room for 100 workers, about 20 minutes: only when named
+	{ name => 'tenants', mock => 0, real => 0,
+		about => 'a hundred databases: idle cost, first event after idling, 10/s each' },
 	# needs outbox.delivery and real Kafka's transactions: only when named
 	{ name => 'modes', mock => 0, real => 0, about => 'exactly-once against at-least-once delivery' },
 	# needs wal_level = logical and Java's Kafka Connect: only when named

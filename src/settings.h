@@ -128,6 +128,10 @@ typedef enum OutboxPausePoint
 	INT(outbox_shutdown_timeout_ms, "outbox.shutdown_timeout", \
 		"How long a stopping worker waits for Kafka's acknowledgements.", NULL, \
 		5000, 0, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS) \
+	INT(outbox_worker_idle_timeout_ms, "outbox.worker_idle_timeout", \
+		"How long a worker whose shard has nothing to deliver stays before it exits.", \
+		"The next commit of its shard starts it again. 0 keeps workers running.", \
+		60 * 1000, 0, 24 * 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS) \
 	INT(outbox_lag_warning_ms, "outbox.lag_warning", \
 		"Age of a shard's oldest pending event that raises a WARNING in the log.", \
 		"0 turns the warning off.", \

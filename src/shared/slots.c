@@ -31,6 +31,10 @@ typedef struct WorkerSlot
 	int			procno;			/* its PGPROC number, for waking it */
 	/* bumped when old ids are put back, so the worker rescans */
 	pg_atomic_uint64 rewind_generation;
+	/* the worker is going to sleep or asleep: a commit wakes the launcher */
+	pg_atomic_uint32 sleeping;
+	/* a commit came since: the launcher starts the shard's worker again */
+	pg_atomic_uint32 wanted;
 } WorkerSlot;
 
 typedef struct SlotsShared
@@ -69,6 +73,8 @@ outbox_slots_shmem_startup(void)
 		memset(&shared->slots[i], 0, sizeof(shared->slots[i]));
 		shared->slots[i].procno = -1;
 		pg_atomic_init_u64(&shared->slots[i].rewind_generation, 0);
+		pg_atomic_init_u32(&shared->slots[i].sleeping, 0);
+		pg_atomic_init_u32(&shared->slots[i].wanted, 0);
 	}
 }
 
@@ -100,21 +106,22 @@ outbox_worker_info(int i)
 }
 
 /*
- * The worker serving (dboid, shard): its pid, or 0 with *starting set when
- * the launcher has started one that has not attached yet.
+ * The worker serving (dboid, shard): its pid, or 0 with *state saying
+ * whether one is starting (SLOT_STARTING), asleep (SLOT_SLEEPING) or none
+ * is there (SLOT_FREE).
  */
 int
-outbox_shard_worker(Oid dboid, int shard, bool *starting)
+outbox_shard_worker(Oid dboid, int shard, OutboxSlotState *state)
 {
-	*starting = false;
+	*state = SLOT_FREE;
 	for (int i = 0; i < shared->nworkers; i++)
 	{
 		OutboxWorkerInfo info = outbox_worker_info(i);
 
 		if (info.dboid != dboid || info.shard != shard)
 			continue;
-		if (info.state == SLOT_STARTING)
-			*starting = true;
+		if (info.state == SLOT_STARTING || (info.state == SLOT_SLEEPING && info.pid == 0))
+			*state = info.state;
 		if (info.pid != 0 && (info.state == SLOT_RUNNING || info.state == SLOT_DELIVERING))
 			return info.pid;
 	}
@@ -139,6 +146,18 @@ outbox_wake_shards(uint64 shard_mask)
 		procno = slot->procno;
 		if (procno >= 0)
 			SetLatch(&GetPGProcByNumber(procno)->procLatch);
+
+		/*
+		 * The worker takes its last look at the outbox after saying it
+		 * sleeps (outbox_worker_fall_asleep): either that look saw this
+		 * commit, or this read sees it sleeping.
+		 */
+		pg_memory_barrier();
+		if (pg_atomic_read_u32(&slot->sleeping) != 0)
+		{
+			pg_atomic_write_u32(&slot->wanted, 1);
+			outbox_wake_launcher();
+		}
 	}
 }
 
@@ -191,10 +210,19 @@ outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state)
 		slot->info.dboid = InvalidOid;
 		slot->info.pid = 0;
 		slot->procno = -1;
+		pg_atomic_write_u32(&slot->sleeping, 0);
+		pg_atomic_write_u32(&slot->wanted, 0);
 		released = true;
 	}
 	SpinLockRelease(&shared->mutex);
 	return released;
+}
+
+/* Launcher: whether a commit wants slot i's sleeping shard delivered. */
+bool
+outbox_sleeping_slot_wanted(int i)
+{
+	return pg_atomic_read_u32(&shared->slots[i].wanted) != 0;
 }
 
 /* ---- the worker of a slot ---------------------------------------------- */
@@ -212,8 +240,8 @@ detach_worker(int code, Datum arg)
 	}
 	slot->info.pid = 0;
 	slot->procno = -1;
-	/* a worker that found no extension said so already, and when it looked */
-	if (slot->info.state != SLOT_NO_EXTENSION)
+	/* a worker that found no extension, or fell asleep, said so already */
+	if (slot->info.state != SLOT_NO_EXTENSION && slot->info.state != SLOT_SLEEPING)
 	{
 		slot->info.state = (code == 0) ? SLOT_EXITED : SLOT_FAILED;
 		slot->info.since = GetCurrentTimestamp();
@@ -246,6 +274,8 @@ outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard)
 	}
 	slot->info.pid = MyProcPid;
 	slot->procno = COMPAT_MY_PROC_NUMBER;
+	pg_atomic_write_u32(&slot->sleeping, 0);
+	pg_atomic_write_u32(&slot->wanted, 0);
 	slot->info.state = SLOT_RUNNING;
 	slot->info.since = GetCurrentTimestamp();
 	*dboid = slot->info.dboid;
@@ -296,6 +326,41 @@ outbox_my_slot_state(void)
 		return SLOT_FREE;
 	info = outbox_worker_info(my_slot);
 	return info.generation == my_generation ? info.state : SLOT_FREE;
+}
+
+/*
+ * Worker: it is about to take its last look at the outbox before it exits
+ * for want of work. From here a commit of its shard (outbox_wake_shards)
+ * asks the launcher to start it again; the slot stays the shard's.
+ */
+void
+outbox_worker_fall_asleep(void)
+{
+	WorkerSlot *slot = &shared->slots[my_slot];
+
+	SpinLockAcquire(&shared->mutex);
+	if (slot->info.generation == my_generation)
+	{
+		slot->info.state = SLOT_SLEEPING;
+		slot->info.since = GetCurrentTimestamp();
+	}
+	SpinLockRelease(&shared->mutex);
+	pg_atomic_write_u32(&slot->sleeping, 1);
+	pg_memory_barrier();
+}
+
+/* Worker: the last look found work after all; it goes on delivering. */
+void
+outbox_worker_stay_awake(void)
+{
+	WorkerSlot *slot = &shared->slots[my_slot];
+
+	pg_atomic_write_u32(&slot->sleeping, 0);
+	pg_atomic_write_u32(&slot->wanted, 0);
+	SpinLockAcquire(&shared->mutex);
+	if (slot->info.generation == my_generation && slot->info.state == SLOT_SLEEPING)
+		slot->info.state = SLOT_DELIVERING;
+	SpinLockRelease(&shared->mutex);
 }
 
 /* ---- rewind generations ------------------------------------------------ */

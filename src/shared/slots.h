@@ -17,7 +17,9 @@
  * (the worker attached) -> DELIVERING or NO_EXTENSION (its look for the
  * extension) -> EXITED or FAILED (it left; NO_EXTENSION stays) -> FREE
  * (the launcher took the news). A worker that never attaches: STARTING ->
- * FREE.
+ * FREE. A worker with nothing to deliver for outbox.worker_idle_timeout:
+ * DELIVERING -> SLEEPING (it exits, the slot stays its shard's) -> FREE
+ * once a commit wants the shard delivered, and the launcher starts it.
  */
 typedef enum OutboxSlotState
 {
@@ -27,7 +29,8 @@ typedef enum OutboxSlotState
 	SLOT_DELIVERING,			/* found the extension */
 	SLOT_NO_EXTENSION,			/* found none and exited */
 	SLOT_EXITED,				/* stopped (SIGTERM) */
-	SLOT_FAILED					/* exited with an error */
+	SLOT_FAILED,				/* exited with an error */
+	SLOT_SLEEPING				/* left idle; a commit wakes the launcher */
 } OutboxSlotState;
 
 typedef struct OutboxWorkerInfo
@@ -54,17 +57,20 @@ extern bool outbox_slots_available(void);
 /* anyone */
 extern int	outbox_worker_slot_count(void);
 extern OutboxWorkerInfo outbox_worker_info(int i);
-extern int	outbox_shard_worker(Oid dboid, int shard, bool *starting);
+extern int	outbox_shard_worker(Oid dboid, int shard, OutboxSlotState *state);
 extern void outbox_wake_shards(uint64 shard_mask);
 
 /* the launcher */
 extern uint32 outbox_reserve_worker_slot(int i, Oid dboid, int shard);
 extern bool outbox_release_worker_slot(int i, uint32 generation, OutboxSlotState state);
+extern bool outbox_sleeping_slot_wanted(int i);
 
 /* the worker of a slot */
 extern bool outbox_worker_attach(int i, uint32 generation, Oid *dboid, int *shard);
 extern void outbox_worker_found_extension(int i, bool found, TimestampTz looked_at);
 extern OutboxSlotState outbox_my_slot_state(void);
+extern void outbox_worker_fall_asleep(void);
+extern void outbox_worker_stay_awake(void);
 
 /* the rewind generations the id registry bumps (registry.c) */
 extern void outbox_rewind_database_slots(Oid dboid);

@@ -110,6 +110,7 @@ static const char *const state_names[] = {
 	[SHARD_SUPERSEDED] = "superseded",
 	[SHARD_SUBSCRIBED] = "subscribed",
 	[SHARD_NO_EXTENSION] = "no_extension",
+	[SHARD_SLEEPING] = "sleeping",
 	[SHARD_STOPPED] = "stopped",
 };
 
@@ -209,10 +210,12 @@ static void
 detach(int code, Datum arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	bool		no_extension = (outbox_my_slot_state() == SLOT_NO_EXTENSION);
+	OutboxSlotState slot = outbox_my_slot_state();
 
 	SpinLockAcquire(&mine->mutex);
-	mark_attached(mine, false, no_extension, now);
+	mark_attached(mine, false, slot == SLOT_NO_EXTENSION, now);
+	if (slot == SLOT_SLEEPING)
+		mine->state = SHARD_SLEEPING;
 	SpinLockRelease(&mine->mutex);
 	mine = NULL;
 }
@@ -220,19 +223,23 @@ detach(int code, Datum arg)
 /*
  * Takes the entry of this worker's (database, shard), keeping what an
  * earlier worker of it counted. Entries outnumber workers two to one, so
- * one is always free to take.
+ * one is always free to take. True if the shard's last worker had left
+ * asleep (a commit woke this one).
  */
-void
+bool
 outbox_stats_attach(Oid dboid, int shard)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	ShardStats *entry;
+	bool		woken = false;
 
 	SpinLockAcquire(&stats->claim_mutex);
 	entry = find_entry_to_claim(dboid, shard);
 	if (entry != NULL)
 	{
 		SpinLockAcquire(&entry->mutex);
+		woken = entry->dboid == dboid && entry->shard == shard &&
+			entry->state == SHARD_SLEEPING;
 		if (entry->dboid != dboid || entry->shard != shard)
 		{
 			entry->dboid = dboid;
@@ -250,6 +257,7 @@ outbox_stats_attach(Oid dboid, int shard)
 		elog(FATAL, "outbox: no free statistics entry for shard %d", shard);
 	mine = entry;
 	on_shmem_exit(detach, (Datum) 0);
+	return woken;
 }
 
 void
@@ -603,17 +611,19 @@ latency_percentile(const ShardStats *entry, double p, TimestampTz now, double *m
 
 /*
  * What a running worker published; without one, what the slots say: one
- * is starting or none runs, unless the last one left for want of the
- * extension, which outlives its slot.
+ * is starting, the shard sleeps, or none runs, unless the last one left
+ * for want of the extension, which outlives its slot.
  */
 static OutboxShardState
-shown_state(const ShardStats *entry, int pid, bool starting)
+shown_state(const ShardStats *entry, int pid, OutboxSlotState slot)
 {
 	if (pid != 0)
 		return entry->state;
 	if (entry->no_extension)
 		return SHARD_NO_EXTENSION;
-	return starting ? SHARD_STARTING : SHARD_STOPPED;
+	if (slot == SLOT_SLEEPING)
+		return SHARD_SLEEPING;
+	return slot == SLOT_STARTING ? SHARD_STARTING : SHARD_STOPPED;
 }
 
 /* A running worker says what its producer is; otherwise the setting. */
@@ -629,13 +639,13 @@ shown_delivery(const ShardStats *entry, int pid)
 
 /*
  * The OUT columns of outbox_shard_stats(), in the order the install script
- * declares them, read from add_shard_row's e (the entry), pid, starting,
+ * declares them, read from add_shard_row's e (the entry), pid, slot,
  * in_flight and the latency percentiles.
  */
 #define SHARD_COLUMNS(X) \
 	X("shard", INT4OID, false, Int32GetDatum(shard)) \
 	X("pid", INT4OID, pid == 0, Int32GetDatum(pid)) \
-	X("state", TEXTOID, false, CStringGetTextDatum(state_names[shown_state(e, pid, starting)])) \
+	X("state", TEXTOID, false, CStringGetTextDatum(state_names[shown_state(e, pid, slot)])) \
 	X("state_since", TIMESTAMPTZOID, e->state_since == 0, TimestampTzGetDatum(e->state_since)) \
 	X("delivered", INT8OID, false, COUNTER(delivered)) \
 	X("failed_attempts", INT8OID, false, COUNTER(failed_attempts)) \
@@ -667,8 +677,8 @@ add_shard_row(Tuplestorestate *store, TupleDesc desc, int shard, TimestampTz now
 	int			column = 0;
 	ShardStats	entry;
 	ShardStats *e = &entry;
-	bool		starting;
-	int			pid = outbox_shard_worker(MyDatabaseId, shard, &starting);
+	OutboxSlotState slot;
+	int			pid = outbox_shard_worker(MyDatabaseId, shard, &slot);
 	bool		in_flight;
 	double		p50_ms;
 	double		p99_ms;

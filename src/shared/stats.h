@@ -28,6 +28,7 @@ typedef enum OutboxShardState
 	SHARD_SUPERSEDED,
 	SHARD_SUBSCRIBED,			/* the outbox is a subscription's target */
 	SHARD_NO_EXTENSION,
+	SHARD_SLEEPING,				/* no worker: none was needed for a while */
 	SHARD_STOPPED
 } OutboxShardState;
 
@@ -48,7 +49,7 @@ extern Size outbox_stats_shmem_size(void);
 extern void outbox_stats_shmem_startup(void);
 
 /* the worker of (dboid, shard), about itself */
-extern void outbox_stats_attach(Oid dboid, int shard);
+extern bool outbox_stats_attach(Oid dboid, int shard);
 extern void outbox_stats_set_state(OutboxShardState state);
 extern void outbox_stats_error(const char *message);
 extern void outbox_stats_settled(OutboxEvent *const *events, int nevents);

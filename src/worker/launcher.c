@@ -332,6 +332,13 @@ never_came(int i, OutboxWorkerInfo info, TimestampTz now)
 	return TimestampDifferenceExceeds(info.since, now, START_TIMEOUT_MS);
 }
 
+/*
+ * A reload that switched delivery on (commits made while it was off woke
+ * no one, send.c) or workers' sleep off: every sleeping shard gets its
+ * worker again, which looks for itself.
+ */
+static bool wake_sleepers = false;
+
 /* Looks at every slot: frees those whose worker is gone, learns from them. */
 static void
 review_slots(TimestampTz now)
@@ -349,6 +356,14 @@ review_slots(TimestampTz now)
 			case SLOT_STARTING:
 				if (never_came(i, info, now))
 					release_slot(i, info, SLOT_FAILED, entry, now);
+				break;
+			case SLOT_SLEEPING:
+				/* asleep: kept for its shard until a commit wants it */
+				if (info.pid == 0 &&
+					(entry == NULL || wake_sleepers || outbox_sleeping_slot_wanted(i)))
+					release_slot(i, info, SLOT_EXITED, entry, now);
+				else if (info.pid != 0 && entry == NULL)
+					kill(info.pid, SIGTERM);
 				break;
 			case SLOT_RUNNING:
 			case SLOT_DELIVERING:
@@ -470,8 +485,11 @@ outbox_launcher_main(Datum main_arg)
 		MemoryContextReset(loop_context);
 		if (ConfigReloadPending)
 		{
+			bool		was_enabled = outbox_enabled;
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			wake_sleepers = (outbox_enabled && !was_enabled) || outbox_worker_idle_timeout_ms == 0;
 		}
 		pgstat_report_activity(STATE_RUNNING, "outbox: starting workers");
 		scan_databases();
@@ -479,6 +497,7 @@ outbox_launcher_main(Datum main_arg)
 		now = GetCurrentTimestamp();
 		/* a request overrides what an exited probe said before it */
 		review_slots(now);
+		wake_sleepers = false;
 		take_requests();
 		start_missing_workers(now);
 		pgstat_report_activity(STATE_IDLE, NULL);

@@ -39,6 +39,7 @@
 #include "worker/lag_alert.h"
 #include "worker/schema_resolution.h"
 #include "worker/session.h"
+#include "worker/sleep.h"
 #include "worker/solo.h"
 #include "worker/window.h"
 
@@ -159,6 +160,9 @@ typedef struct WorkerState
 	char		held_by[NAMEDATALEN];	/* a subscription replicating into the
 										 * outbox: nothing is read */
 	TimestampTz last_look;		/* see look_around() */
+	TimestampTz idle_since;		/* the shard had nothing to do since (0: busy) */
+	bool		asleep;			/* idle long enough: exit (sleep.c) */
+	bool		woken;			/* started for a commit to a sleeping shard */
 } WorkerState;
 
 /*
@@ -217,8 +221,9 @@ look_for_extension(WorkerState *st)
 	st->extension_gone = !found;
 	outbox_worker_found_extension(st->slot, found, looked_at);
 	st->exit_now = !found;
+	/* a start from sleep is routine: a line per commit of a quiet tenant */
 	if (found && !st->extension_checked)
-		ereport(LOG,
+		ereport(st->woken ? DEBUG1 : LOG,
 				(errmsg("%s of %d started: delivering to %s with librdkafka %s", worker_name,
 						outbox_shards, outbox_brokers, rd_kafka_version_str())));
 	st->extension_checked = true;
@@ -228,6 +233,19 @@ look_for_extension(WorkerState *st)
 static void
 exit_without_extension(WorkerState *st)
 {
+	proc_exit(0);
+}
+
+/*
+ * The slot says it sleeps: outbox_status shows sleeping, and the next
+ * commit of the shard has the launcher start a worker (sleep.c).
+ */
+static void
+exit_asleep(WorkerState *st)
+{
+	ereport(DEBUG1,
+			(errmsg("%s: nothing to deliver for outbox.worker_idle_timeout, exiting until the next commit",
+					worker_name)));
 	proc_exit(0);
 }
 
@@ -1001,6 +1019,10 @@ publish_state(WorkerState *st)
 	else
 		state = kafka_state(st, SHARD_IDLE);
 	outbox_stats_set_state(state);
+	if (state != SHARD_IDLE || st->read_wanted)
+		st->idle_since = 0;
+	else if (st->idle_since == 0)
+		st->idle_since = GetCurrentTimestamp();
 }
 
 /*
@@ -1167,6 +1189,14 @@ deliver(WorkerState *st)
 		/* while a subscription holds the outbox, not yet */
 		st->adopted_orphans = (adopted >= 0);
 	}
+	/* nothing to do for a while: leave, unless the outbox holds a row */
+	if (!st->read_wanted && due_now(outbox_sleep_due(st->idle_since)))
+	{
+		st->asleep = outbox_fall_asleep(st->shard);
+		if (st->asleep)
+			return;
+		st->idle_since = GetCurrentTimestamp();
+	}
 	/* (a report wakes the worker when a solo or held-back event may go) */
 	if (due_now(read_due(st)))
 	{
@@ -1304,6 +1334,7 @@ next_due(WorkerState *st)
 		settle_due(st),
 		drain_due(st),
 		time_out_due(st),
+		outbox_sleep_due(st->idle_since),
 		/* a commit or abort that timed out is called again soon */
 		st->delivery->call_again_at(),
 	};
@@ -1372,7 +1403,7 @@ connect_to_database(WorkerState *st)
 	memcpy(&generation, MyBgworkerEntry->bgw_extra, sizeof(generation));
 	if (!outbox_worker_attach(st->slot, generation, &dboid, &st->shard))
 		proc_exit(0);
-	outbox_stats_attach(dboid, st->shard);
+	st->woken = outbox_stats_attach(dboid, st->shard);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	force_session_settings();
 
@@ -1451,6 +1482,8 @@ outbox_worker_main(Datum main_arg)
 		run_pass(st);
 		if (st->exit_now)
 			exit_without_extension(st);
+		if (st->asleep)
+			exit_asleep(st);
 		wait_for_work(st);
 	}
 }

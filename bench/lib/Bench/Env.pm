@@ -52,6 +52,9 @@ log_checkpoints = on
 log_autovacuum_min_duration = 0
 outbox.brokers = '@{[ $self->bootstrap ]}'
 outbox.shards = 1
+# the parts measure running workers (pids, threads); the tenants part
+# measures sleeping ones
+outbox.worker_idle_timeout = 0
 });
 	# the debezium part: a logical slot read over TCP (JDBC has no Unix sockets)
 	$node->append_conf('postgresql.conf', "wal_level = logical\nmax_wal_senders = 4\nmax_replication_slots = 4\n"
