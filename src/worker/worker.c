@@ -176,6 +176,11 @@ static char database_name[NAMEDATALEN];
 static char worker_name[NAMEDATALEN + 32] = "outbox";
 static char client_id[NAMEDATALEN + 32];
 
+/*
+ * Rounded up: a wait rounded down to 0 ms for a time less than 1 ms away
+ * returns at once, and the worker would run pass after pass, each finding
+ * nothing due yet, until it came (a core's worth per worker, meanwhile).
+ */
 static long
 ms_until(TimestampTz t)
 {
@@ -185,7 +190,7 @@ ms_until(TimestampTz t)
 	if (t == 0)
 		return 0;
 	TimestampDifference(GetCurrentTimestamp(), t, &secs, &usecs);
-	return secs * 1000 + usecs / 1000;
+	return secs * 1000 + (usecs + 999) / 1000;
 }
 
 /*
