@@ -82,6 +82,8 @@ my %distinct = map { $_ => 1 } grep { length } @seen;
 is(scalar(keys %distinct), 1, '(c) one worker for 30 s, not one every 10 s');
 my $errors = log_count($node, qr/extension "outbox" is at version 0\.2\.0/, $offset);
 cmp_ok($errors, '>=', 2, '(c) it retried, logging the error each time');
+# a retry per back-off (200 ms, doubling to 2 s here): about 20 in 30 s
+cmp_ok($errors, '<=', 60, '(c) once per back-off, not as fast as it can');
 $node->safe_psql('oldver', 'ALTER EXTENSION outbox UPDATE');
 $node->safe_psql('oldver', q{SELECT outbox_send('re', 'after-update', 'k')});
 ($ok, $s) = delivered_within(60, 'after-update');

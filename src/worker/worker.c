@@ -291,6 +291,19 @@ backing_off(WorkerState *st)
 	return st->backoff_until != 0 && GetCurrentTimestamp() < st->backoff_until;
 }
 
+/*
+ * A pass that raised an error runs again once its back-off is over, not
+ * before: the step that failed may come before any that honours the
+ * back-off (the look for the extension does), and the worker would log
+ * the same error as fast as it can raise it. Meanwhile it only takes in
+ * librdkafka's reports, which need no SQL.
+ */
+static bool
+pass_backing_off(WorkerState *st)
+{
+	return st->pass_failures > 0 && backing_off(st);
+}
+
 /* The mode (WorkerMode): a stop outranks a rebuild, a rebuild a rewind. */
 static WorkerMode
 worker_mode(WorkerState *st)
@@ -1251,8 +1264,13 @@ run_pass(WorkerState *st)
 
 	PG_TRY();
 	{
-		deliver(st);
-		st->pass_failures = 0;
+		if (pass_backing_off(st))
+			serve_reports(st);
+		else
+		{
+			deliver(st);
+			st->pass_failures = 0;
+		}
 	}
 	PG_CATCH();
 	{
@@ -1358,6 +1376,8 @@ idle_ms(WorkerState *st)
 	/* a stop waits for nothing once the window is empty */
 	if (stopping() && (st->gave_up || outbox_window_is_empty(st->window)))
 		return 0;
+	if (pass_backing_off(st))
+		return Max(Min(LOOK_AROUND_MS, ms_until(st->backoff_until)), 0);
 	return Max(Min(LOOK_AROUND_MS, ms_until(next_due(st))), 0);
 }
 
