@@ -76,6 +76,7 @@ sub main
 	my $ctx = eval { options(@ARGV) } or do { print $STDERR $@; exit 2 };
 	require "$FindBin::Bin/parts/" . ucfirst($_->{name}) . '.pm' for @PARTS;
 	my $t0 = time;
+	$ctx->{loadavg_at_start} = Bench::Util::slurp('/proc/loadavg') =~ s/\n//r;
 	my $env = $ctx->{env};
 	my $status = eval {
 		$env->start_broker;
@@ -189,6 +190,9 @@ sub meta
 		postgres => `$o->{'install-path'}/bin/postgres --version` =~ s/\n//r,
 		librdkafka => $ENV{BENCH_LIBRDKAFKA} // '',
 		cpus => 0 + `nproc`,
+		# the machine is shared: what else ran beside the benchmark
+		loadavg_at_start => $ctx->{loadavg_at_start},
+		loadavg_at_end => Bench::Util::slurp('/proc/loadavg') =~ s/\n//r,
 		kernel => `uname -r` =~ s/\n//r,
 		install_warning => '',
 		module_md5 => $ENV{BENCH_MODULE_MD5} // '',
