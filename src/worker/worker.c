@@ -400,9 +400,10 @@ ensure_producer(WorkerState *st)
 static void
 withdraw_queued(WorkerState *st)
 {
+	st->queue_kept = st->producer != NULL &&
+		outbox_window_failed_unproven_only(st->window);
 	if (st->producer == NULL)
 		return;
-	st->queue_kept = outbox_window_failed_unproven_only(st->window);
 	if (st->queue_kept)
 		outbox_producer_withdraw_waiting(st->producer);
 	else
