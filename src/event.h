@@ -97,6 +97,9 @@ typedef struct OutboxEvent
 	bool		alone;			/* produced with nothing else in flight */
 	bool		batch_too_large;	/* Kafka refused its batch for size, and
 									 * it was not alone: see solo.c */
+	bool		unproven;		/* reported delivered without an offset
+								 * (kafka/errors.c): failed, but most likely
+								 * written */
 	bool		settled;		/* its row was deleted or updated (window.c) */
 } OutboxEvent;
 

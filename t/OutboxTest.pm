@@ -26,7 +26,7 @@ our @EXPORT = qw(start_broker start_real_kafka new_outbox_node start_load wait_l
   check_delivery kafka_partition wait_until wait_query log_since log_count
   worker_pids start_locker release_locker reload_with pause_delivery
   consume_js wait_in_flight fault_under_load first_copies end_offsets_sum
-  commit_one_by_one check_sent_once cpu_s thread_cpu_s sql);
+  commit_one_by_one check_sent_once cpu_s thread_cpu_s sql start_produce_proxy);
 
 my $root = abs_path(dirname(__FILE__) . '/..');
 
@@ -99,6 +99,23 @@ sub _topic_specs
 		my ($topic, $partitions) = split /:/;
 		[ $topic, partitions => $partitions // 1 ]
 	} @{ $_[0] };
+}
+
+# tools/kafka/produce_proxy.pl in front of a cluster started with
+# proxied => 1, once it listens: its harness (signal it) and a reference
+# to what it printed so far (pump_nb the harness first). Killed when the
+# test ends.
+my @proxies;
+END { local $?; $_->kill_kill for grep { $_->pumpable } @proxies; }
+sub start_produce_proxy
+{
+	my ($cluster) = @_;
+	my ($in, $out, $err) = ('', '', '');
+	my $proxy = IPC::Run::start([ 'perl', "$root/tools/kafka/produce_proxy.pl", $cluster->proxy_routes ],
+		'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(900));
+	$proxy->pump until $out =~ /^ready$/m;
+	push @proxies, $proxy;
+	return ($proxy, \$out);
 }
 
 package OutboxTest::Broker;

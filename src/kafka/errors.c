@@ -111,6 +111,7 @@ outbox_kafka_report_error(const rd_kafka_message_t *message)
 void
 outbox_kafka_error_outcome(OutboxEvent *event, rd_kafka_resp_err_t err)
 {
+	event->unproven = (err == UNPROVEN_DELIVERY);
 	if (err == UNPROVEN_DELIVERY)
 	{
 		event->outcome = EVENT_FAILED_RETRIABLE;

@@ -989,6 +989,13 @@ outbox_producer_purge_queued(OutboxProducer *producer)
 	rd_kafka_purge(producer->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
 
+/* Only what waits in partitions.c, never handed to librdkafka. */
+void
+outbox_producer_withdraw_waiting(OutboxProducer *producer)
+{
+	release_waiting(producer, true);
+}
+
 int
 outbox_producer_timeout_ms(OutboxProducer *producer)
 {

@@ -64,10 +64,13 @@ extern int	outbox_producer_wait_fd(OutboxProducer *producer);
 /*
  * Fails everything not yet acknowledged, queued or in flight, so that
  * nothing behind an event that timed out is written before it is sent
- * again; purge_queued fails only what was not sent yet (after a refusal).
+ * again; purge_queued fails what librdkafka has not sent yet (after a
+ * refusal: also its retries, see worker.c's withdraw_queued), and
+ * withdraw_waiting only what the pacing holds back (partitions.c).
  */
 extern void outbox_producer_withdraw(OutboxProducer *producer);
 extern void outbox_producer_purge_queued(OutboxProducer *producer);
+extern void outbox_producer_withdraw_waiting(OutboxProducer *producer);
 
 /*
  * message.timeout.ms as the user set it (0: none), which the worker

@@ -333,6 +333,32 @@ outbox_window_failed(OutboxWindow *window)
 	return window->failed;
 }
 
+/*
+ * Whether every failure in the window is an acknowledgement without an
+ * offset (events withdrawn by the worker aside): worker.c then leaves what
+ * librdkafka holds to librdkafka.
+ */
+bool
+outbox_window_failed_unproven_only(OutboxWindow *window)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &window->chunks)
+	{
+		Chunk	   *chunk = dlist_container(Chunk, node, iter.cur);
+
+		for (int i = chunk->first_unsettled; i < chunk->batch.nevents; i++)
+		{
+			OutboxEvent *event = &chunk->batch.events[i];
+
+			if (!event->settled && outbox_event_undelivered(event) &&
+				event->outcome != EVENT_NOT_SENT && !event->unproven)
+				return false;
+		}
+	}
+	return true;
+}
+
 bool
 outbox_window_is_empty(OutboxWindow *window)
 {

@@ -51,6 +51,7 @@ extern int	outbox_window_in_flight(OutboxWindow *window);
 /* When the oldest event in flight was produced, 0 if none is. */
 extern TimestampTz outbox_window_oldest_in_flight(OutboxWindow *window);
 extern int	outbox_window_failed(OutboxWindow *window);
+extern bool outbox_window_failed_unproven_only(OutboxWindow *window);
 extern bool outbox_window_is_empty(OutboxWindow *window);
 
 /* Events with an outcome, not settled yet, and since when the oldest waits. */

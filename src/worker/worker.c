@@ -134,6 +134,8 @@ typedef struct WorkerState
 	int			nopen;
 	uint64		rewind_generation;
 	bool		adopted_orphans;
+	bool		queue_kept;		/* rewinding, librdkafka's queue left to it:
+								 * only unproven acknowledgements failed */
 	bool		rewinding;		/* after a failure: produce nothing until
 								 * every report is in and settled */
 	bool		gave_up;		/* stopping after an error: leave at once */
@@ -411,16 +413,48 @@ ensure_producer(WorkerState *st)
  * The first failure stops production: what librdkafka has not sent yet is
  * dropped (it fails as "purged"), so nothing behind the failure goes out
  * before it, and the worker reads again from it once the window settled.
+ *
+ * Not when the only failures are acknowledgements without an offset
+ * (kafka/errors.c): what the worker still holds is withdrawn, but what
+ * librdkafka holds is left to it. Its queue then also holds the messages
+ * of requests whose answer was lost (Kafka may have written them), which
+ * it is retrying with their sequence numbers, and requests not yet sent on
+ * a connection being set up again. Dropped, the first are produced again
+ * as new messages (duplicates), and a dropped request makes the gap-less
+ * producer fail as a whole, so everything it had in flight is produced
+ * again by the next one: after a 60-s outage of every broker, hundreds of
+ * duplicates for one implicit acknowledgement (issue 40,
+ * t/117_kafka_outage_duplicates). Left alone, they are delivered once,
+ * and only the unproven event goes again. Its key's later events keep
+ * their order: on a partition Kafka acknowledged nothing of this producer
+ * yet, none is in librdkafka behind it (partitions.c's warm-up), and
+ * elsewhere Kafka, holding the producer's state, refuses a later request
+ * unless the unproven one was written (what the warm-up counts on too).
+ * A failure of any other kind, even later in the same rewind, drops
+ * librdkafka's queue as before.
  */
+static void
+withdraw_queued(WorkerState *st)
+{
+	st->queue_kept = st->producer != NULL &&
+		outbox_window_failed_unproven_only(st->window);
+	if (st->producer == NULL)
+		return;
+	if (st->queue_kept)
+		outbox_producer_withdraw_waiting(st->producer);
+	else
+		outbox_producer_purge_queued(st->producer);
+}
+
 static void
 start_rewind(WorkerState *st)
 {
 	st->rewinding = true;
-	if (st->producer != NULL)
-		outbox_producer_purge_queued(st->producer);
+	withdraw_queued(st);
 	ereport(DEBUG1,
-			(errmsg_internal("%s: a delivery failed, rewinding once %d event(s) in flight are reported",
-							 worker_name, outbox_window_in_flight(st->window))));
+			(errmsg_internal("%s: a delivery failed, rewinding once %d event(s) in flight are reported%s",
+							 worker_name, outbox_window_in_flight(st->window),
+							 st->queue_kept ? " (unproven acknowledgements only: librdkafka's queue kept)" : "")));
 }
 
 /*
@@ -483,6 +517,8 @@ serve_reports(WorkerState *st)
 		st->warmup_reported = true;
 	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
 		start_rewind(st);
+	else if (st->rewinding && st->queue_kept)
+		withdraw_queued(st);
 	if (!st->rebuild_producer &&
 		(reason = outbox_producer_fatal(st->producer, &whole)) != NULL)
 	{
@@ -716,6 +752,7 @@ settle(WorkerState *st)
 		outbox_window_in_flight(st->window) == 0)
 	{
 		st->rewinding = false;
+		st->queue_kept = false;
 		st->read_wanted = true;
 		if (unavailable)
 		{

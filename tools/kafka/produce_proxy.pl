@@ -8,9 +8,16 @@
 # refused message delivered without an offset. t/109_kafka_unproven_ack.pl
 # runs it in front of a cluster started with proxied => 1.
 #
+# And, the other way round, one whose answer is lost: passed on to the
+# broker, which writes it, and answered REQUEST_TIMED_OUT in its place, as
+# a broker that came back from a pause answers what waited for its
+# followers too long (t/117_kafka_outage_duplicates.pl).
+#
 # Usage: produce_proxy.pl LISTEN_PORT:BROKER_PORT ...  (127.0.0.1 only)
 # Prints "ready" once listening. SIGUSR1: each route refuses the next
 # Produce request a client sends through it, and prints "refused ...".
+# SIGUSR2: each route passes the next one on but answers it
+# REQUEST_TIMED_OUT, and prints "lost the answer to ... records=N".
 # Produce versions 3 to 8 (librdkafka 2.0.2 sends 7). Ends when stdin
 # closes.
 use strict;
@@ -21,7 +28,8 @@ use IO::Socket::INET;
 $| = 1;
 my $PRODUCE = 0;				# Kafka's api key of a Produce request
 my $NOT_ENOUGH_REPLICAS = 19;
-my (%listener_route, %peer, %client_route, %pending);
+my $REQUEST_TIMED_OUT = 7;
+my (%listener_route, %peer, %client_route, %pending, %answers, %lose);
 my $select = IO::Select->new(\*STDIN);
 
 for my $route (@ARGV)
@@ -29,10 +37,11 @@ for my $route (@ARGV)
 	my ($listen, $target) = $route =~ /^(\d+):(\d+)$/ or die "bad route $route\n";
 	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $listen,
 		Listen => 16, ReuseAddr => 1) or die "listen on $listen: $!\n";
-	$listener_route{$s} = { target => $target, listen => $listen, refuse => 0 };
+	$listener_route{$s} = { target => $target, listen => $listen, refuse => 0, lose => 0 };
 	$select->add($s);
 }
 $SIG{USR1} = sub { $_->{refuse}++ for values %listener_route; };
+$SIG{USR2} = sub { $_->{lose}++ for values %listener_route; };
 print "ready\n";
 
 sub accept_client
@@ -45,6 +54,8 @@ sub accept_client
 	@peer{ $client, $broker } = ($broker, $client);
 	$client_route{$client} = $route;
 	$pending{$client} = '';
+	$answers{$broker} = '';
+	$lose{$broker} = {};
 	$select->add($client, $broker);
 }
 
@@ -59,13 +70,15 @@ sub close_pair
 		delete $peer{$h};
 		delete $client_route{$h};
 		delete $pending{$h};
+		delete $answers{$h};
+		delete $lose{$h};
 		close $h;
 	}
 }
 
 
-# A Produce request (versions 3-8) as [topic, [partitions]], and its
-# version and correlation id.
+# A Produce request (versions 3-8) as [topic, [partitions]], its version
+# and correlation id, and how many records its batches hold.
 sub parse_produce
 {
 	my ($request) = @_;
@@ -77,6 +90,7 @@ sub parse_produce
 	my ($ntopics) = unpack("x$at N", $request);
 	$at += 4;
 	my @topics;
+	my $records = 0;
 	for (1 .. $ntopics)
 	{
 		my $name_len = unpack("x$at n", $request);
@@ -89,11 +103,13 @@ sub parse_produce
 		{
 			my ($partition, $records_len) = unpack("x$at N l>", $request);
 			push @partitions, $partition;
+			# a record batch's count is 57 bytes into it
+			$records += unpack('x' . ($at + 8 + 57) . ' N', $request) if $records_len >= 61;
 			$at += 8 + ($records_len > 0 ? $records_len : 0);
 		}
 		push @topics, [ $name, \@partitions ];
 	}
-	return ($version, $correlation, \@topics);
+	return ($version, $correlation, \@topics, $records);
 }
 
 # Kafka's answer to it, had every partition been refused with $error.
@@ -150,7 +166,33 @@ sub forward_requests
 			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), "\n";
 			next;
 		}
+		if ($api_key == $PRODUCE && $route->{lose} > 0)
+		{
+			$route->{lose}--;
+			my ($version, $correlation, $topics, $records) = parse_produce($request);
+			$lose{ $peer{$client} }{$correlation} = [ $version, $topics ];
+			print "lost the answer to Produce request $correlation (v$version) to port $route->{target}: ",
+			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), " records=$records\n";
+		}
 		write_all($peer{$client}, $request) or return close_pair($client);
+	}
+}
+
+# A broker's answers go back whole, the lost ones replaced.
+sub forward_answers
+{
+	my ($broker) = @_;
+	while (length $answers{$broker} >= 8)
+	{
+		my ($size, $correlation) = unpack('N N', $answers{$broker});
+		last if length $answers{$broker} < 4 + $size;
+		my $answer = substr($answers{$broker}, 0, 4 + $size, '');
+		if (my $lost = delete $lose{$broker}{$correlation})
+		{
+			$answer = produce_error_response($lost->[0], $correlation, $lost->[1],
+				$REQUEST_TIMED_OUT);
+		}
+		write_all($peer{$broker}, $answer) or return close_pair($broker);
 	}
 }
 
@@ -182,7 +224,8 @@ while (1)
 		}
 		else
 		{
-			write_all($peer{$s}, $data) or close_pair($s);
+			$answers{$s} .= $data;
+			forward_answers($s);
 		}
 	}
 }
