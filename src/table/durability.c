@@ -59,15 +59,18 @@ outbox_visible_commits_end(void)
  * InvalidXLogRecPtr if it needs no flush: none was under way when its
  * snapshot was taken, and none ended since this worker's last flush. A
  * count that moved may be of a commit that became visible only after the
- * snapshot (its events are read next time): the insert position, taken
- * now, is past its commit record too.
+ * snapshot (its events are read next time): the end of the WAL, taken
+ * now, is past its commit record too. Never the raw insert position: at a
+ * page boundary it is past the next page's header, which nothing wrote
+ * yet, and a flush to it fails until someone else writes WAL
+ * (t/065_wal_page_boundary).
  */
 XLogRecPtr
 outbox_async_flush_target(const OutboxAsyncCommits *async)
 {
 	if (!async->under_way && async->ended == flushed_async_ended)
 		return InvalidXLogRecPtr;
-	return GetXLogInsertRecPtr();
+	return outbox_visible_commits_end();
 }
 
 /* A read whose snapshot saw this count of ended commits is durable. */
