@@ -54,6 +54,7 @@ typedef struct TopicHandle
 	char		name[TOPIC_NAME_KEY];	/* hash key */
 	rd_kafka_topic_t *rkt;
 	TopicPartitions *partitions;	/* its warm-up and pacing */
+	bool		listed;			/* in the producer's waiting_topics */
 } TopicHandle;
 
 /*
@@ -103,6 +104,9 @@ struct OutboxProducer
 	MemoryContext message_context;	/* the Messages */
 	Message    *free_messages;	/* reported, to reuse */
 	int			waiting;		/* messages waiting in partitions.c */
+	List	   *waiting_topics; /* handles that may have some of them, in
+								 * message_context: a serve visits those, not
+								 * every topic */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
@@ -654,6 +658,7 @@ topic_handle(OutboxProducer *producer, const char *topic)
 		return handle;
 	/* entered first: the entry cannot fail once librdkafka made the handle */
 	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
+	handle->listed = false;
 	/* a transaction's commit must find all its events in librdkafka */
 	handle->partitions = outbox_partitions_create(producer->partitions_context, producer->rk,
 												  !producer->transactional, &topic_conf);
@@ -774,17 +779,39 @@ release_topic(OutboxProducer *producer, TopicHandle *handle, bool all, bool with
 		release_partition(producer, handle, partition, withdraw);
 }
 
+/* A topic some of whose messages wait, visited by release_waiting. */
+static void
+list_waiting(OutboxProducer *producer, TopicHandle *handle)
+{
+	MemoryContext old;
+
+	if (handle->listed)
+		return;
+	old = MemoryContextSwitchTo(producer->message_context);
+	producer->waiting_topics = lappend(producer->waiting_topics, handle);
+	MemoryContextSwitchTo(old);
+	handle->listed = true;
+}
+
 static void
 release_waiting(OutboxProducer *producer, bool withdraw)
 {
-	HASH_SEQ_STATUS seq;
-	TopicHandle *handle;
+	List	   *topics = producer->waiting_topics;
+	ListCell   *lc;
 
 	if (producer->waiting == 0)
 		return;
-	hash_seq_init(&seq, producer->topics);
-	while ((handle = hash_seq_search(&seq)) != NULL)
+	producer->waiting_topics = NIL;
+	foreach(lc, topics)
+	{
+		TopicHandle *handle = lfirst(lc);
+
+		handle->listed = false;
 		release_topic(producer, handle, withdraw, withdraw);
+		if (outbox_partitions_next(handle->partitions, -1, true) >= 0)
+			list_waiting(producer, handle);
+	}
+	list_free(topics);
 }
 
 /* Where the event goes among its topic's partitions (partitions.c). */
@@ -870,6 +897,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 			return PRODUCE_HELD;
 		case PLACE_WAITS:
 			wait_for_partition(producer, message, record);
+			list_waiting(producer, handle);
 			return PRODUCED;
 		default:
 			break;
