@@ -52,6 +52,8 @@ my @PARTS = (
 		about => 'the worker\'s main thread and librdkafka\'s threads at fixed rates (and round trips)' },
 	{ name => 'memory', mock => 1, real => 1, about => 'the workers\' memory with large events' },
 	{ name => 'databases', mock => 1, real => 0, about => 'many databases, one launcher' },
+	# thousands of topics on the project's broker (which makes them): only when named
+	{ name => 'topics', mock => 0, real => 0, about => 'what a topic costs a shard: 1,000 to 20,000 topics' },
 	# needs outbox.delivery and real Kafka's transactions: only when named
 	{ name => 'modes', mock => 0, real => 0, about => 'exactly-once against at-least-once delivery' },
 	# needs wal_level = logical and Java's Kafka Connect: only when named
