@@ -163,11 +163,26 @@ sub in_order
 	{
 		my $t = 1 + int($i * ($n - 1) / (SAMPLE - 1));
 		my %seen;
-		my @got = grep { /^${tag}e/ && !$seen{$_}++ } map { $_->{value} }
-		  @{ OutboxTest::consume($env->{broker}, "topics_$t") };
+		my @got = grep { /^${tag}e/ && !$seen{$_}++ } map { $_->{value} } @{ read_topic($env, "topics_$t") };
 		$ok++ if "@got" eq $want;
 	}
 	return $ok;
+}
+
+# A topic's messages. With 20,000 topics the project's broker, one thread,
+# can be too busy answering the producer's metadata requests to take a
+# new connection: a read that failed is tried again.
+sub read_topic
+{
+	my ($env, $topic) = @_;
+	for my $try (1 .. 5)
+	{
+		my $messages = eval { OutboxTest::consume($env->{broker}, $topic) };
+		return $messages if $messages;
+		$env->say("   reading $topic failed (try $try): $@");
+		sleep 5;
+	}
+	die "part topics: could not read $topic back\n";
 }
 
 1;
