@@ -13,6 +13,7 @@ use lib $FindBin::RealBin;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time);
 
 my $topics = 10_000;
 my $broker = start_broker(topics => ['past:2']);
@@ -23,11 +24,15 @@ my $offset = -s $node->logfile;
 
 # one event to each of 10,000 topics (the broker makes each at its first
 # metadata request, with 4 partitions): the producer holds 10,000 handles
+my $t0 = time;
 sql(qq{SELECT count(outbox_send('many_' || i, 'v', 'k')) FROM generate_series(1, $topics) i});
 ok(wait_for_empty($node, 600), "one event to each of $topics topics is delivered");
+diag(sprintf('FIGURES %d topics, one event each: delivered in %.1f s', $topics, time - $t0));
 my @sample = (1, 2, 5000, $topics);
 is(scalar(grep { @{ consume($broker, "many_$_") } == 1 } @sample), scalar @sample,
 	"topics 1, 2, 5000 and $topics hold their event");
+
+my $pids = worker_pids($node);
 
 # the 10,001st topic: t/048's burst, its first Produce request failing
 ok(pause_delivery($node, 1), 'delivery paused');
@@ -48,6 +53,11 @@ for my $k (0, 1)
 	is_deeply([ grep { $mine{$_} } @got ], \@want,
 		"topic past the 10,000th: key k$k, every event, in commit order");
 }
+# the burst went through the producer that holds the 10,000 handles (one
+# rebuilt on the way would hold none, and prove nothing here)
+is_deeply(worker_pids($node), $pids, 'the same worker served both');
+is(log_count($node, qr/rebuilding the Kafka producer|Kafka producer failed/, $offset), 0,
+	'and the same producer');
 is(log_count($node, qr/topic handles|produced to by name/, $offset), 0,
 	'the worker logs no by-name fallback')
   or diag(join("\n", grep { /topic handles|by name/ } split /\n/, log_since($node, $offset)));
