@@ -55,6 +55,8 @@ my @PARTS = (
 	# restarts the node with room for 100 workers, about 20 minutes: only when named
 	{ name => 'tenants', mock => 0, real => 0,
 		about => 'a hundred databases: idle cost, first event after idling, 10/s each' },
+	# thousands of topics on the project's broker (which makes them): only when named
+	{ name => 'topics', mock => 0, real => 0, about => 'what a topic costs a shard: 1,000 to 20,000 topics' },
 	# needs outbox.delivery and real Kafka's transactions: only when named
 	{ name => 'modes', mock => 0, real => 0, about => 'exactly-once against at-least-once delivery' },
 	# needs wal_level = logical and Java's Kafka Connect: only when named

@@ -24,8 +24,11 @@ for a in "$@"; do
   prev=$a
 done
 # where the results go in the output file (see the merge at the end)
-KEY=$KAFKA; [ "$PARTS" != ",debezium" ] || KEY=debezium
-if [ "$PARTS" = ",tenants" ]; then KEY=tenants; [ "$KAFKA" = mock ] || KEY=tenants_real_kafka; fi
+KEY=$KAFKA
+case "$PARTS" in
+  ,debezium) KEY=debezium ;;
+  ,tenants|,topics) KEY=${PARTS#,}; [ "$KAFKA" = mock ] || KEY=${KEY}_real_kafka ;;
+esac
 OUT=$(realpath -m "$OUT"); [ -z "$LOG_COPY" ] || LOG_COPY=$(realpath -m "$LOG_COPY")
 
 ensure_packages
@@ -56,7 +59,8 @@ rc=0
   --command "bash bench/run.sh $*" "$@") || rc=$?
 # One file holds several sets: a real-Kafka run replaces only the key
 # real_kafka, a run of the debezium part alone only the key debezium, of
-# the tenants part alone only tenants (tenants_real_kafka), a mock run
+# the tenants or topics part alone only its key (tenants_real_kafka on
+# real Kafka), a mock run
 # everything but those keys.
 if [ -f "$WORK/results.json" ]; then
   mkdir -p "$(dirname "$OUT")"
@@ -65,7 +69,7 @@ if [ -f "$WORK/results.json" ]; then
     my $read = sub { open my $fh, "<", $_[0] or return {}; local $/; JSON::PP::decode_json(<$fh>) };
     my ($doc, $old) = ($read->($new), -f $out ? $read->($out) : {});
     if ($key ne "mock") { $old->{$key eq "real" ? "real_kafka" : $key} = $doc; $doc = $old; }
-    else { exists $old->{$_} and $doc->{$_} = $old->{$_} for qw(real_kafka debezium tenants tenants_real_kafka); }
+    else { exists $old->{$_} and $doc->{$_} = $old->{$_} for qw(real_kafka debezium tenants tenants_real_kafka topics topics_real_kafka); }
     open my $fh, ">", "$out.tmp" or die "$out.tmp: $!";
     print $fh JSON::PP->new->pretty->canonical->encode($doc);
     close $fh or die "$out.tmp: $!";

@@ -143,11 +143,7 @@ typedef enum OutboxPausePoint
 	/* for the tests only: a worker waits there, to be killed in that gap */ \
 	ENUM(outbox_test_pause_at, "outbox.test_pause_at", \
 		 "Test only: where an exactly-once worker pauses.", NULL, \
-		 OUTBOX_PAUSE_NONE, pause_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE) \
-	/* for the tests only: a producer's topic handles, lowered (producer.c) */ \
-	INT(outbox_test_topic_handles, "outbox.test_topic_handles", \
-		"Test only: the topic handles a worker's producer keeps.", NULL, \
-		10000, 1, 10000, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE)
+		 OUTBOX_PAUSE_NONE, pause_options, PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE)
 
 /* What a row makes: its variable's declaration, definition and setting. */
 #define OUTBOX_SETTING_EXTERN_STRING(var, ...) extern char *var;

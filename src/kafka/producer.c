@@ -34,10 +34,18 @@
 #include "utils/timestamp.h"
 
 /*
- * Topic handles kept per producer: topics with longer names (Kafka allows
- * none) or beyond outbox.test_topic_handles (10,000; lowered only by
- * tests) are produced to by name, without the partition warm-up or
- * pacing a handle carries (said once in the log).
+ * A topic handle per topic the producer writes to, kept for the producer's
+ * life: every event goes through one, with its partition warm-up and
+ * pacing (partitions.c), however many topics. No limit would bound
+ * anything: librdkafka keeps each topic it was told of, with its
+ * partitions, in its list until the producer is destroyed (giving a handle
+ * back only drops the application's reference; librdkafka 2.0.2 to 2.16,
+ * rd_kafka_topic_destroy_app), refreshes their metadata and counts them in
+ * its statistics; and a handle made again for such a topic would keep its
+ * first topic configuration, whose opaque is the TopicPartitions
+ * librdkafka's partitioner writes to. A producer is rebuilt with none at
+ * each worker start and settings change. Longer names (Kafka allows none;
+ * outbox_send refuses them) are refused.
  */
 #define TOPIC_NAME_KEY 256
 
@@ -46,6 +54,7 @@ typedef struct TopicHandle
 	char		name[TOPIC_NAME_KEY];	/* hash key */
 	rd_kafka_topic_t *rkt;
 	TopicPartitions *partitions;	/* its warm-up and pacing */
+	bool		listed;			/* in the producer's waiting_topics */
 } TopicHandle;
 
 /*
@@ -57,7 +66,7 @@ typedef struct TopicHandle
 typedef struct Message
 {
 	OutboxEvent *event;
-	TopicPartitions *partitions;	/* NULL: produced by name */
+	TopicPartitions *partitions;
 	PartitionClaim claim;
 	OutboxRecord record;		/* while waiting; its headers in headers */
 	rd_kafka_headers_t *headers;
@@ -95,6 +104,9 @@ struct OutboxProducer
 	MemoryContext message_context;	/* the Messages */
 	Message    *free_messages;	/* reported, to reuse */
 	int			waiting;		/* messages waiting in partitions.c */
+	List	   *waiting_topics; /* handles that may have some of them, in
+								 * message_context: a serve visits those, not
+								 * every topic */
 	int			wake_pipe[2];	/* librdkafka writes to [1] when it has news */
 	int			in_flight;		/* produced, report not served */
 	int			timeout_ms;		/* message.timeout.ms as the user set it, 0 = none */
@@ -106,7 +118,6 @@ struct OutboxProducer
 	rd_kafka_resp_err_t logged_error;	/* last one logged, to log once */
 	bool		hinted;			/* logged a hint, not yet recovered */
 	bool		unreachable;	/* logged "unreachable", not yet recovered */
-	bool		handles_full_told;	/* logged the handles' limit reached */
 	OutboxKafkaStats *kafka;	/* what the statistics say of the brokers */
 	bool		transactional;	/* built with a transactional.id */
 	OutboxProgressReport progress;	/* of the last progress record produced */
@@ -160,7 +171,7 @@ new_message(OutboxProducer *producer, OutboxEvent *event, TopicHandle *handle)
 	else
 		message = MemoryContextAlloc(producer->message_context, sizeof(Message));
 	message->event = event;
-	message->partitions = handle == NULL ? NULL : handle->partitions;
+	message->partitions = handle->partitions;
 	return message;
 }
 
@@ -179,9 +190,8 @@ static void
 report_message(OutboxProducer *producer, Message *message, int32 partition,
 			   rd_kafka_resp_err_t err)
 {
-	if (message->partitions != NULL)
-		outbox_partitions_reported(message->partitions, &message->claim, partition,
-								   err == RD_KAFKA_RESP_ERR_NO_ERROR);
+	outbox_partitions_reported(message->partitions, &message->claim, partition,
+							   err == RD_KAFKA_RESP_ERR_NO_ERROR);
 	take_report(producer, message->event, err);
 	free_message(producer, message);
 }
@@ -627,25 +637,12 @@ outbox_producer_outdated(OutboxProducer *producer, const char *transactional_id)
 	return true;
 }
 
-/* The first topic past the handles' limit, once per producer. */
-static void
-tell_handles_full(OutboxProducer *producer, const char *topic)
-{
-	if (producer->handles_full_told)
-		return;
-	producer->handles_full_told = true;
-	ereport(LOG,
-			(errmsg("%s: the Kafka producer holds %d topic handles; topic \"%s\" and every further new topic are produced to by name",
-					producer->name, outbox_test_topic_handles, topic),
-			 errdetail("Such topics have no partition warm-up or pacing: a key's first events there may be written out of order if Kafka refuses the first request and accepts the next.")));
-}
-
 /*
  * The handle of a topic, made when the topic is first produced to. Making
  * it asks Kafka for the topic's metadata at once; librdkafka 2.0.2 does not
  * when a message names a topic it does not know, and the message then
  * waits up to a second for its topic scan (fixed in librdkafka 2.10.1).
- * NULL: produce by name.
+ * NULL: librdkafka makes none for that name.
  */
 static TopicHandle *
 topic_handle(OutboxProducer *producer, const char *topic)
@@ -659,13 +656,9 @@ topic_handle(OutboxProducer *producer, const char *topic)
 	handle = hash_search(producer->topics, topic, HASH_FIND, NULL);
 	if (handle != NULL)
 		return handle;
-	if (hash_get_num_entries(producer->topics) >= outbox_test_topic_handles)
-	{
-		tell_handles_full(producer, topic);
-		return NULL;
-	}
 	/* entered first: the entry cannot fail once librdkafka made the handle */
 	handle = hash_search(producer->topics, topic, HASH_ENTER, NULL);
+	handle->listed = false;
 	/* a transaction's commit must find all its events in librdkafka */
 	handle->partitions = outbox_partitions_create(producer->partitions_context, producer->rk,
 												  !producer->transactional, &topic_conf);
@@ -693,21 +686,13 @@ build_headers(const OutboxRecord *record)
 
 #define MESSAGE_FIELDS 8
 
-/* The message of an event, for rd_kafka_produceva; by handle or by name. */
+/* The message of an event, for rd_kafka_produceva. */
 static void
 describe_message(rd_kafka_vu_t *vu, rd_kafka_topic_t *rkt, const OutboxRecord *record,
 				 rd_kafka_headers_t *headers, Message *message)
 {
-	if (rkt != NULL)
-	{
-		vu[0].vtype = RD_KAFKA_VTYPE_RKT;
-		vu[0].u.rkt = rkt;
-	}
-	else
-	{
-		vu[0].vtype = RD_KAFKA_VTYPE_TOPIC;
-		vu[0].u.cstr = record->topic;
-	}
+	vu[0].vtype = RD_KAFKA_VTYPE_RKT;
+	vu[0].u.rkt = rkt;
 	vu[1].vtype = RD_KAFKA_VTYPE_KEY;
 	vu[1].u.mem.ptr = (void *) record->key;
 	vu[1].u.mem.size = record->keylen;
@@ -794,30 +779,47 @@ release_topic(OutboxProducer *producer, TopicHandle *handle, bool all, bool with
 		release_partition(producer, handle, partition, withdraw);
 }
 
+/* A topic some of whose messages wait, visited by release_waiting. */
+static void
+list_waiting(OutboxProducer *producer, TopicHandle *handle)
+{
+	MemoryContext old;
+
+	if (handle->listed)
+		return;
+	old = MemoryContextSwitchTo(producer->message_context);
+	producer->waiting_topics = lappend(producer->waiting_topics, handle);
+	MemoryContextSwitchTo(old);
+	handle->listed = true;
+}
+
 static void
 release_waiting(OutboxProducer *producer, bool withdraw)
 {
-	HASH_SEQ_STATUS seq;
-	TopicHandle *handle;
+	List	   *topics = producer->waiting_topics;
+	ListCell   *lc;
 
 	if (producer->waiting == 0)
 		return;
-	hash_seq_init(&seq, producer->topics);
-	while ((handle = hash_seq_search(&seq)) != NULL)
+	producer->waiting_topics = NIL;
+	foreach(lc, topics)
+	{
+		TopicHandle *handle = lfirst(lc);
+
+		handle->listed = false;
 		release_topic(producer, handle, withdraw, withdraw);
+		if (outbox_partitions_next(handle->partitions, -1, true) >= 0)
+			list_waiting(producer, handle);
+	}
+	list_free(topics);
 }
 
-/*
- * Where the event goes among its topic's partitions (partitions.c; topics
- * produced to by name have no warm-up or pacing).
- */
+/* Where the event goes among its topic's partitions (partitions.c). */
 static Placement
 place(OutboxProducer *producer, TopicHandle *handle, Message *message)
 {
 	Placement	placement;
 
-	if (handle == NULL)
-		return PLACED;
 	while ((placement = outbox_partitions_place(handle->partitions, handle->rkt, message->event,
 												message, &message->claim)) == PLACE_RELEASE_FIRST)
 		release_topic(producer, handle, true, false);
@@ -828,8 +830,7 @@ place(OutboxProducer *producer, TopicHandle *handle, Message *message)
 static void
 unplace(OutboxProducer *producer, Message *message)
 {
-	if (message->partitions != NULL)
-		outbox_partitions_reported(message->partitions, &message->claim, -1, false);
+	outbox_partitions_reported(message->partitions, &message->claim, -1, false);
 	free_message(producer, message);
 }
 
@@ -866,8 +867,8 @@ wait_for_partition(OutboxProducer *producer, Message *message, const OutboxRecor
 
 /*
  * Hands one event to librdkafka, unless its partition waits for this
- * producer's first acknowledgement there (partitions.c; topics produced
- * to by name have no such wait). PRODUCE_REFUSED: refused at once (the
+ * producer's first acknowledgement there (partitions.c). PRODUCE_REFUSED:
+ * refused at once (the
  * outcome is recorded on the event). Either way short of PRODUCED the
  * caller must hold back the rest of its key. PRODUCED includes an event
  * waiting for its partition (partitions.c's pacing): it has its report
@@ -879,10 +880,16 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 						const OutboxRecord *record)
 {
 	TopicHandle *handle = topic_handle(producer, record->topic);
-	rd_kafka_topic_t *rkt = handle == NULL ? NULL : handle->rkt;
-	Message    *message = new_message(producer, event, handle);
+	Message    *message;
 	rd_kafka_resp_err_t err;
 
+	/* a name Kafka would refuse too */
+	if (handle == NULL)
+	{
+		outbox_kafka_error_outcome(event, RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION);
+		return PRODUCE_REFUSED;
+	}
+	message = new_message(producer, event, handle);
 	switch (place(producer, handle, message))
 	{
 		case PLACE_HELD:
@@ -890,6 +897,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 			return PRODUCE_HELD;
 		case PLACE_WAITS:
 			wait_for_partition(producer, message, record);
+			list_waiting(producer, handle);
 			return PRODUCED;
 		default:
 			break;
@@ -898,7 +906,7 @@ outbox_producer_produce(OutboxProducer *producer, OutboxEvent *event,
 	{
 		rd_kafka_headers_t *headers = build_headers(record);
 
-		err = hand_over(producer, rkt, record, headers, message);
+		err = hand_over(producer, handle->rkt, record, headers, message);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			break;
 		rd_kafka_headers_destroy(headers);
