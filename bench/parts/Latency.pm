@@ -27,9 +27,9 @@ sub run
 	$env->set_shards(1);
 	$env->set_enabled(1);
 	# Kafka's first load after the parts before (the maximum rate's drain)
-	# was the slowest in every real-Kafka run of 2026-12-05, whichever
-	# source it was, and the first load is pg_outbox's: the plain producer
-	# takes it, unmeasured
+	# was the slowest of its rate in 11 of 12 real-Kafka runs of
+	# 2026-12-05, and the first load was always pg_outbox's: the plain
+	# producer takes it now, unmeasured
 	Bench::Load::run($env, label => 'warm', rate => 1000, seconds => $cfg->{latency_seconds} / 2,
 		source => 'producer') if $env->real_kafka;
 	for my $run (1 .. $ctx->{runs})
