@@ -29,7 +29,8 @@ sub run
 	# Kafka's first load after the parts before (the maximum rate's drain)
 	# was the slowest of its rate in 11 of 12 real-Kafka runs of
 	# 2026-12-05, and the first load was always pg_outbox's: the plain
-	# producer takes it now, unmeasured
+	# producer takes it now, unmeasured (pg_outbox's own first load after
+	# its drain stays slower: docs/performance.md, stage by stage)
 	Bench::Load::run($env, label => 'warm', rate => 1000, seconds => $cfg->{latency_seconds} / 2,
 		source => 'producer') if $env->real_kafka;
 	for my $run (1 .. $ctx->{runs})
