@@ -31,6 +31,9 @@
  *              consumer's receive times tell how long committed records
  *              took to become visible (read_committed waits for the
  *              commit markers, written after EndTxn returns)
+ *   -S         count the requests sent to the brokers (librdkafka's
+ *              statistics, every 200 ms; the last ones after the final
+ *              acknowledgement) and print requests=N on the RESULT line
  *   -X         any other librdkafka property, may be repeated
  *
  * Prints one line:
@@ -56,6 +59,8 @@
 
 static long delivered = 0;
 static long failed = 0;
+static long long requests = -1; /* "tx" of the last statistics (-S) */
+static int stats_seen = 0;
 static char first_error[256] = "";
 
 static double now_s(void)
@@ -77,6 +82,22 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m,
                      rd_kafka_err2str(m->err));
     } else
         delivered++;
+}
+
+/* The statistics' top-level "tx" (requests sent), their last field of that name. */
+static int on_statistics(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    const char *found = NULL;
+
+    (void)rk;
+    (void)len;
+    (void)opaque;
+    for (const char *p = json; (p = strstr(p, "\"tx\":")) != NULL; p++)
+        found = p;
+    if (found)
+        requests = atoll(found + 5);
+    stats_seen++;
+    return 0;
 }
 
 static void set(rd_kafka_conf_t *conf, const char *name, const char *value)
@@ -270,6 +291,7 @@ int main(int argc, char **argv)
     long size = 200;
     long keys = 1000;
     double rate = 0;
+    int count_requests = 0;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_t *rk;
     rd_kafka_topic_t *rkt;
@@ -281,7 +303,7 @@ int main(int argc, char **argv)
     set(conf, "enable.idempotence", "true");
     set(conf, "linger.ms", "5");
     set(conf, "partitioner", "murmur2_random");
-    while ((opt = getopt(argc, argv, "b:t:n:s:k:r:x:l:X:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:t:n:s:k:r:x:l:SX:")) != -1) {
         switch (opt) {
         case 'b':
             brokers = optarg;
@@ -307,6 +329,9 @@ int main(int argc, char **argv)
         case 'l':
             log_path = optarg;
             break;
+        case 'S':
+            count_requests = 1;
+            break;
         case 'X': {
             char *eq = strchr(optarg, '=');
 
@@ -331,6 +356,10 @@ int main(int argc, char **argv)
     if (transactional_id)
         set(conf, "transactional.id", transactional_id);
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    if (count_requests) {
+        set(conf, "statistics.interval.ms", "200");
+        rd_kafka_conf_set_stats_cb(conf, on_statistics);
+    }
 
     rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
     if (!rk) {
@@ -351,6 +380,16 @@ int main(int argc, char **argv)
     while (delivered + failed < count)
         rd_kafka_flush(rk, 1000);
     elapsed = now_s() - start;
+    if (count_requests) {
+        /* statistics taken after the last acknowledgement */
+        int seen = stats_seen;
+        double until = now_s() + 1;
+
+        while ((stats_seen < seen + 2) && now_s() < until)
+            rd_kafka_poll(rk, 50);
+        snprintf(figures + strlen(figures), sizeof(figures) - strlen(figures),
+                 " requests=%lld", requests);
+    }
 
     printf("RESULT msgs=%ld errors=%ld seconds=%.3f msgs_per_s=%.0f%s\n",
            delivered, failed, elapsed, delivered / elapsed, figures);

@@ -215,7 +215,11 @@ sub meta
 			  . ', each into a fresh topic (the mock broker walks a partition\'s whole log on every fetch; real Kafka does not, '
 			  . 'one segment per load there); the consumer uses fetch.wait.max.ms=' . ($cfg->{kafka} eq 'real' ? 100 : 1)
 			  . '; producer_<rate>_* is a plain librdkafka producer (idempotent, so acks=all; linger.ms=0) '
-			  . 'at the same rate through the same brokers and consumer: the floor; <rate>_p50_to_floor = outbox / floor.',
+			  . 'at the same rate through the same brokers and consumer: the floor; <rate>_p50_to_floor = outbox / floor; '
+			  . 'loaded_<rate>_* the same producer while pgbench runs the same transaction with a plain INSERT at the same rate; '
+			  . '<rate>_ack_*: created_at to the acknowledgement, every event of the load (outbox_shard_stats); '
+			  . ($cfg->{kafka} eq 'real' ? '*_to_append_*, *_append_to_consumer_*: each latency split at the leader\'s append (LogAppendTime topics); ' : '')
+			  . '*_requests_per_1000: requests the producer sent per 1000 events.',
 			'sustained: windows by receive time; delivered_pct = events read back / events committed.',
 			'tail: 2 shards, a REPEATABLE READ snapshot held in the middle of the run; windows by receive time; '
 			  . '<rate>_worst_window_to_floor = the worst window\'s p99 / the floor\'s whole-run p99 at the same rate '

@@ -28,7 +28,12 @@
  *                     so it bounds what the consumer adds to a latency.
  *   -d FILE           at the end, write every sample to FILE, one line
  *                     each: receive time (Unix seconds) and latency (ms),
- *                     so that several runs can be summarised together
+ *                     so that several runs can be summarised together; on
+ *                     a topic with message.timestamp.type=LogAppendTime a
+ *                     third column: the ms from the payload's clock to the
+ *                     leader's append (the broker's clock, in whole ms:
+ *                     taken as the middle of its millisecond), which
+ *                     splits the latency at the broker
  *
  * Output (stdout):
  *   READY partitions=P           once every partition is assigned at its end
@@ -54,6 +59,8 @@ typedef struct Sample {
     double at_s;   /* receive time, seconds since READY */
     double lat_ms; /* latency */
     int64_t at_us; /* receive time, Unix microseconds */
+    double append_ms; /* from the payload's clock to the leader's append
+                       * (LogAppendTime), NAN if the topic keeps CreateTime */
 } Sample;
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -323,6 +330,8 @@ int main(int argc, char **argv)
             } else {
                 int64_t ts;
                 int64_t at = real_us();
+                rd_kafka_timestamp_type_t tstype;
+                int64_t appended = rd_kafka_message_timestamp(m, &tstype);
 
                 if (extract_timestamp(m->payload, m->len, &ts)) {
                     if (nsamples == cap) {
@@ -336,6 +345,11 @@ int main(int argc, char **argv)
                     samples[nsamples].at_s = now - ready;
                     samples[nsamples].lat_ms = (at - ts) / 1000.0;
                     samples[nsamples].at_us = at;
+                    /* the broker keeps milliseconds: the middle of one */
+                    samples[nsamples].append_ms =
+                        tstype == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME && appended >= 0
+                            ? (appended * 1000 + 500 - ts) / 1000.0
+                            : NAN;
                     nsamples++;
                 } else
                     bad++;
@@ -359,8 +373,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "latency-consumer: %s: cannot write\n", dump);
             return 2;
         }
-        for (size_t i = 0; i < nsamples; i++)
-            fprintf(f, "%.6f %.3f\n", samples[i].at_us / 1e6, samples[i].lat_ms);
+        for (size_t i = 0; i < nsamples; i++) {
+            fprintf(f, "%.6f %.3f", samples[i].at_us / 1e6, samples[i].lat_ms);
+            if (!isnan(samples[i].append_ms))
+                fprintf(f, " %.3f", samples[i].append_ms);
+            fputc('\n', f);
+        }
         if (fclose(f) != 0) {
             fprintf(stderr, "latency-consumer: %s: write failed\n", dump);
             return 2;

@@ -19,8 +19,9 @@ sub run
 	for my $run (1 .. $ctx->{runs})
 	{
 		my $sql_rate = $res->record('drain', 'sql_drain_events_per_s', 'events/s', $run, sql_drain($env, $n, $cfg));
-		my $p = $env->produce('-t', 'bench', '-n', $n, '-s', $cfg->{payload}, '-k', 1000);
+		my $p = $env->produce('-t', 'bench', '-n', $n, '-s', $cfg->{payload}, '-k', 1000, '-S');
 		my $prod_rate = $res->record('drain', 'producer_msgs_per_s', 'msgs/s', $run, $p->{msgs_per_s});
+		$res->record('drain', 'producer_requests_per_1000', 'requests', $run, 1000 * $p->{requests} / $n);
 		for my $shards (@{ $cfg->{drain_shards} })
 		{
 			$env->set_shards($shards);
@@ -79,8 +80,11 @@ sub drain_once
 	$env->fill_outbox($n);
 	$env->sql('VACUUM (ANALYZE) outbox') unless $name eq 'burst';
 	$env->sql('CHECKPOINT');
+	my $requests = $env->requests_sent;
 	my $elapsed = $env->timed_drain;
 	$env->set_enabled(0);
+	# what the shards' producers sent to the brokers for it (librdkafka's statistics)
+	$res->record($part, "outbox_${name}_requests_per_1000", 'requests', $run, 1000 * ($env->requests_sent - $requests) / $n);
 	my $after = $env->kafka_total;
 	my $rate = $res->record($part, "outbox_${name}_events_per_s", 'events/s', $run, $n / $elapsed);
 	$res->record($part, "outbox_${name}_seconds", 's', $run, $elapsed);

@@ -67,10 +67,10 @@ sub measure
 	my ($ctx, $run, $m) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my %f;
-	my $tx = requests_sent($env);
+	my $tx = $env->requests_sent;
 	$f{drain} = Bench::Part::Drain::drain_once($ctx, $run, "${m}_drain", 'modes');
 	$res->record('modes', "${m}_drain_requests_per_1000_events", 'requests', $run,
-		1000 * (requests_sent($env) - $tx) / $cfg->{drain_events});
+		1000 * ($env->requests_sent - $tx) / $cfg->{drain_events});
 	$env->set_enabled(1);
 	for my $r ([ r1000 => 1000 ], [ r3000 => 3000 ])
 	{
@@ -108,16 +108,6 @@ sub floors
 		  for grep { defined $l->{$_} } qw(commit_ms ack_ms due_to_commit_ms commit_to_visible_ms);
 	}
 	return \%f;
-}
-
-# Requests the shard's producer has sent to every broker so far
-# (outbox_kafka_brokers.requests, from librdkafka's statistics, which the
-# worker takes in every second).
-sub requests_sent
-{
-	my ($env) = @_;
-	Time::HiRes::sleep(1.5);
-	return $env->sql('SELECT coalesce(sum(requests), 0) FROM outbox_kafka_brokers') + 0;
 }
 
 1;

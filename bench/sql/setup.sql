@@ -66,25 +66,3 @@ BEGIN
     END LOOP;
     elapsed := extract(epoch from clock_timestamp() - t0);
 END $$;
-
--- Commit-to-acknowledgement, measured in the server: send one event,
--- commit, and poll until the worker has deleted it, which it does only
--- after Kafka acknowledged it (an upper bound: it includes the delete).
-CREATE TABLE ack_latency (ms float8);
-CREATE PROCEDURE sample_ack_latency(samples int, pause float8) LANGUAGE plpgsql AS $$
-DECLARE
-    v_id bigint;
-    t0 timestamptz;
-BEGIN
-    FOR i IN 1..samples LOOP
-        v_id := outbox_send('ack_latency', 'x', 'ack');
-        COMMIT;
-        t0 := clock_timestamp();
-        WHILE EXISTS (SELECT FROM outbox WHERE id = v_id) LOOP
-            PERFORM pg_sleep(0.0002);
-        END LOOP;
-        INSERT INTO ack_latency VALUES (extract(epoch FROM clock_timestamp() - t0) * 1000);
-        COMMIT;
-        PERFORM pg_sleep(pause);
-    END LOOP;
-END $$;

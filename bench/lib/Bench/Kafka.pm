@@ -50,9 +50,8 @@ sub start_real_kafka
 		'max.message.bytes' => 4194304,
 		'retention.bytes' => 104857600,
 		'segment.bytes' => 16777216 });
-	# nothing is created on first use there: the latency part's sampler,
-	# and exactly-once delivery's progress records (the part modes)
-	$c->create_topic('ack_latency', partitions => 1);
+	# nothing is created on first use there: exactly-once delivery's
+	# progress records (the part modes)
 	$c->create_topic('outbox_progress', partitions => 3,
 		config => { 'cleanup.policy' => 'compact', 'segment.ms' => 600000 });
 	$self->{broker} = $c;
@@ -80,7 +79,10 @@ sub fresh_topic
 	my $name = sprintf('lat_%s_%d', $label, ++$self->{topics});
 	if ($self->real_kafka)
 	{
-		$self->{broker}->create_topic($name, partitions => PARTITIONS);
+		# the broker's append time on every record: latency-consumer
+		# splits each latency there (send to append, append to consumer)
+		$self->{broker}->create_topic($name, partitions => PARTITIONS,
+			config => { 'message.timestamp.type' => 'LogAppendTime' });
 	}
 	else
 	{
@@ -159,6 +161,16 @@ sub stop_consumer
 	open my $fh, '<', "$c->{out}.samples" or die "$c->{out}.samples: $!";
 	$r{samples} = [ map { [ split ' ' ] } <$fh> ];
 	return \%r;
+}
+
+# Requests the shards' producers have sent to every broker so far
+# (outbox_kafka_brokers.requests, from librdkafka's statistics, which the
+# workers take in every second).
+sub requests_sent
+{
+	my ($self) = @_;
+	Time::HiRes::sleep(1.5);
+	return $self->sql('SELECT coalesce(sum(requests), 0) FROM outbox_kafka_brokers') + 0;
 }
 
 # The plain librdkafka producer: [args] -> { msgs, msgs_per_s, ... }.

@@ -28,7 +28,8 @@ use constant SEGMENT_MESSAGES => 15000;
 # %o: label, rate (events/s), seconds, source ('outbox', 'producer', or
 # 'transactions': the plain producer one Kafka transaction at a time, as
 # exactly-once delivery works; any other: pgbench with script),
-# clients (pgbench), before_load (sub called once all is ready),
+# clients (pgbench), beside (with 'producer': a pgbench script run at the
+# same rate meanwhile, 8 clients), before_load (sub called once all is ready),
 # after_segment (sub called with the segment number and the seconds since
 # the start, between segments); for another system's pgbench load (the
 # debezium part): script (sub: topic -> pgbench script), warm (sub called
@@ -36,8 +37,9 @@ use constant SEGMENT_MESSAGES => 15000;
 # segment -> true while its messages are still on their way) and drained
 # (sub called with the result so far and the topics once the load ended,
 # instead of waiting for an empty outbox).
-# Returns { samples => [[receive time, ms]], committed, received, bad,
-#           tps, t0 (Unix s), segments }, and for 'transactions'
+# Returns { samples => [[receive time, ms(, ms to the leader's append)]],
+#           committed, received, bad, tps, t0 (Unix s), segments }, with a
+#           plain producer requests (sent to the brokers), for 'transactions'
 #           commit_ms and ack_ms: the median over segments of each one's
 #           median commit (EndTxn) and wait for acknowledgements, and over
 #           the messages due_to_commit_ms (from falling due to its
@@ -78,6 +80,7 @@ sub run
 		$c->{count} = $res->{count};
 		push @tps, $res->{tps};
 		push @{ $txn{$_} }, $res->{$_} for grep { defined $res->{$_} } qw(commit_ms ack_ms);
+		$r{requests} += $res->{requests} if defined $res->{requests};
 		push @commits, @{ $res->{commits} // [] };
 		# the segment's events are the outbox's ids up to here
 		$c->{last_id} = $o{source} eq 'outbox' ? $env->sql('SELECT coalesce(max(id), 0) FROM outbox') : 0;
@@ -155,9 +158,12 @@ sub start_source
 	}
 	my $commits = $env->file("commits_$topic");
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
-		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0',
+		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0', '-S',
 		($o->{source} eq 'transactions' ? ('-x', "bench-floor-$topic", '-l', $commits) : ()));
-	return { out => $out, kind => 'producer', commits => $commits,
+	# the application's transactions beside it, at the same rate (a loaded floor)
+	my $beside = $o->{beside} && $env->pgbench_bg("$out.beside", $o->{beside}, '-c', 8, '-j', 2,
+		'-R', $o->{rate}, '-T', $len);
+	return { out => $out, kind => 'producer', commits => $commits, beside => $beside,
 		h => Bench::Util::start_bg(\@cmd, '<', \undef, '>', $out, '2>&1') };
 }
 
@@ -167,12 +173,15 @@ sub finish_source
 	my ($env, $load) = @_;
 	Bench::Util::finish_bg($load->{h}) or die "$load->{kind} failed: " . Bench::Util::slurp($load->{out});
 	return Bench::Env::pgbench_result($load->{out}) if $load->{kind} eq 'pgbench';
+	Bench::Util::finish_bg($load->{beside}) or die 'pgbench beside the producer failed: ' . Bench::Util::slurp("$load->{out}.beside")
+	  if $load->{beside};
 	my $text = Bench::Util::slurp($load->{out});
 	$text =~ /^RESULT msgs=(\d+) errors=\d+ seconds=[0-9.]+ msgs_per_s=([0-9.]+)(.*)$/m
 	  or die "baseline-producer: $text";
 	my %r = (count => $1, tps => $2);
 	my $rest = $3;
 	$r{$1} = $2 while $rest =~ /\b(commit_ms|ack_ms)_p50=([0-9.]+)/g;
+	$r{requests} = $1 if $rest =~ /\brequests=(\d+)/;
 	$r{commits} = [ map { [ split ' ' ] } split /\n/, Bench::Util::slurp($load->{commits}) ]
 	  if -f $load->{commits};
 	return \%r;
