@@ -17,19 +17,36 @@ use Time::HiRes qw(time);
 
 my $topics = 10_000;
 my $broker = start_broker(topics => ['past:2']);
-# one message a request: each event of the burst is a request of its own
+# one message a request: each event of the burst is a request of its own.
+# Not the tests' short time-outs (3 s a request): 10,000 requests of one
+# event each queue longer than that on the project's broker, and a
+# request timed out fails the gap-less producer, which is rebuilt and
+# sends them all again, to time out again.
 my $node = new_outbox_node('topic_handles', $broker, shards => 1,
-	kafka_config => "$OutboxTest::TEST_KAFKA_CONFIG,batch.num.messages=1");
-my $offset = -s $node->logfile;
+	kafka_config => 'message.timeout.ms=60000,socket.timeout.ms=30000,batch.num.messages=1');
+my $start = -s $node->logfile;
+my $rebuilt = qr/rebuilding the Kafka producer|Kafka producer failed/;
 
 # one event to each of 10,000 topics (the broker makes each at its first
-# metadata request, with 4 partitions): the producer holds 10,000 handles
-my $t0 = time;
-sql(qq{SELECT count(outbox_send('many_' || i, 'v', 'k')) FROM generate_series(1, $topics) i});
-ok(wait_for_empty($node, 600), "one event to each of $topics topics is delivered");
-diag(sprintf('FIGURES %d topics, one event each: delivered in %.1f s', $topics, time - $t0));
+# metadata request, with 4 partitions): the producer holds 10,000 handles.
+# A producer rebuilt meanwhile (a loaded machine can make the project's
+# broker answer late enough for librdkafka to give up on a request) holds
+# only the topics after it: then the round is sent again, up to 3 times.
+my ($offset, $delivered);
+for my $round (1 .. 3)
+{
+	$offset = -s $node->logfile;
+	my $t0 = time;
+	sql(qq{SELECT count(outbox_send('many_' || i, 'v', 'k')) FROM generate_series(1, $topics) i});
+	$delivered = wait_for_empty($node, 600);
+	diag(sprintf('FIGURES %d topics, one event each: delivered in %.1f s (round %d)',
+			$topics, time - $t0, $round));
+	last unless log_count($node, $rebuilt, $offset);
+	diag("round $round: the producer was rebuilt meanwhile, sending to every topic again");
+}
+ok($delivered, "one event to each of $topics topics is delivered");
 my @sample = (1, 2, 5000, $topics);
-is(scalar(grep { @{ consume($broker, "many_$_") } == 1 } @sample), scalar @sample,
+is(scalar(grep { @{ consume($broker, "many_$_") } >= 1 } @sample), scalar @sample,
 	"topics 1, 2, 5000 and $topics hold their event");
 
 my $pids = worker_pids($node);
@@ -56,11 +73,10 @@ for my $k (0, 1)
 # the burst went through the producer that holds the 10,000 handles (one
 # rebuilt on the way would hold none, and prove nothing here)
 is_deeply(worker_pids($node), $pids, 'the same worker served both');
-is(log_count($node, qr/rebuilding the Kafka producer|Kafka producer failed/, $offset), 0,
-	'and the same producer');
-is(log_count($node, qr/topic handles|produced to by name/, $offset), 0,
+is(log_count($node, $rebuilt, $offset), 0, 'and the same producer');
+is(log_count($node, qr/topic handles|produced to by name/, $start), 0,
 	'the worker logs no by-name fallback')
-  or diag(join("\n", grep { /topic handles|by name/ } split /\n/, log_since($node, $offset)));
+  or diag(join("\n", grep { /topic handles|by name/ } split /\n/, log_since($node, $start)));
 
 $node->stop;
 $broker->stop;
