@@ -6,7 +6,7 @@
 #
 # Usage: bash bench/run.sh [--quick] [--part NAME[,NAME...]]... [--out PATH]
 #                          [--runs N] [--sustained-runs N] [--server-log PATH]
-#                          [--kafka mock|real]
+#                          [--kafka mock|real] [--set outbox.NAME=VALUE]...
 #
 #   --part       a part of @PARTS below (default: those marked by default
 #                for the Kafka chosen); `--part help` lists them
@@ -18,6 +18,8 @@
 #   --runs       repetitions of each measurement (default 3)
 #   --sustained-runs  repetitions of the sustained part (default 1)
 #   --server-log also copy the server log there
+#   --set        a setting for the whole run, for a profile (meta.outbox_settings
+#                records it); the figures of record use none
 use strict;
 use warnings;
 
@@ -108,8 +110,8 @@ sub main
 sub options
 {
 	my @args = @_;
-	my %o = (runs => 3, 'sustained-runs' => 1, part => [], kafka => 'mock');
-	GetOptionsFromArray(\@args, \%o, 'quick', 'part=s@', 'out=s', 'runs=i', 'sustained-runs=i',
+	my %o = (runs => 3, 'sustained-runs' => 1, part => [], kafka => 'mock', set => []);
+	GetOptionsFromArray(\@args, \%o, 'quick', 'part=s@', 'out=s', 'runs=i', 'sustained-runs=i', 'set=s@',
 		'server-log=s', 'work=s', 'install-path=s', 'helpers=s', 'command=s', 'kafka=s')
 	  or die "bad options (see bash bench/run.sh --help)\n";
 	die "--kafka: mock or real\n" unless $o{kafka} =~ /^(?:mock|real)$/;
@@ -121,9 +123,10 @@ sub options
 		die "unknown part: $p\n" . parts_help() unless grep { $_->{name} eq $p } @PARTS;
 	}
 	die "--runs/--sustained-runs: a positive number\n" unless $o{runs} > 0 && $o{'sustained-runs'} > 0;
+	die "--set: outbox.NAME=VALUE\n" if grep { !/^outbox\.\w+=/ } @{ $o{set} };
 	my $cfg = sizes($o{quick}, $o{kafka});
 	my $env = Bench::Env->new(work => $o{work}, install_path => $o{'install-path'}, kafka => $o{kafka},
-		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT,
+		helpers => $o{helpers}, bench => $FindBin::Bin, payload => $cfg->{payload}, out => $STDOUT, settings => $o{set},
 		logical => (grep({ $_ eq 'debezium' } @parts) ? 1 : 0));
 	return { env => $env, res => Bench::Results->new($STDOUT), cfg => $cfg, opts => \%o,
 		parts => \@parts, runs => $o{runs}, sustained_runs => $o{'sustained-runs'} };
@@ -214,7 +217,7 @@ sub meta
 			  . ' s' . ($cfg->{kafka} eq 'real' ? '' : ' and ' . Bench::Load::SEGMENT_MESSAGES() . ' messages')
 			  . ', each into a fresh topic (the mock broker walks a partition\'s whole log on every fetch; real Kafka does not, '
 			  . 'one segment per load there); the consumer uses fetch.wait.max.ms=' . ($cfg->{kafka} eq 'real' ? 100 : 1)
-			  . '; producer_<rate>_* is a plain librdkafka producer (idempotent, so acks=all; linger.ms=0) '
+			  . '; producer_<rate>_* is a plain librdkafka producer (idempotent, so acks=all; linger.ms=' . Bench::Load::FLOOR_LINGER_MS() . ', the workers\' own) '
 			  . 'at the same rate through the same brokers and consumer: the floor; <rate>_p50_to_floor = outbox / floor; '
 			  . 'loaded_<rate>_* the same producer while pgbench runs the same transaction with a plain INSERT at the same rate; '
 			  . '<rate>_ack_*: created_at to the acknowledgement, every event of the load (outbox_shard_stats); '

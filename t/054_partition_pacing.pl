@@ -10,7 +10,10 @@
 # less CPU than with outbox.partition_pacing = off in the same run. (b)
 # Events waiting there when the worker withdraws what Kafka has not
 # acknowledged (message.timeout.ms passes while Kafka is down) are read
-# again: nothing lost, per-key order kept.
+# again: nothing lost, per-key order kept. (c) Events released together
+# leave in one request: they are handed to librdkafka one by one, and with
+# linger.ms=0 its broker thread sent the first before the rest came, the
+# rest a round trip later (the producer's linger.ms=5, src/kafka/producer.c).
 use strict;
 use warnings;
 use FindBin;
@@ -25,12 +28,12 @@ use Time::HiRes ();
 # of a core against 1.39; without the pacing of src/kafka/partitions.c 0.87, both polling)
 use constant MAX_SHARE_OF_UNPACED => 0.5;
 
-my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2' ]);
+my $broker = start_broker(topics => [ 'paced:4', 'unpaced:4', 'withdrawn:2', 'release:1' ]);
 my $node = new_outbox_node('partition_pacing', $broker, shards => 1,
 	kafka_config => 'message.timeout.ms=3000,socket.timeout.ms=3000');
 
 # every partition acknowledged once (src/kafka/partitions.c), then slow
-sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn']) t,
+sql(q{SELECT outbox_send(t, 'warm', 'k' || i) FROM unnest(ARRAY['paced', 'unpaced', 'withdrawn', 'release']) t,
 	generate_series(1, 40) i});
 ok(wait_for_empty($node, 30), 'the partitions are warm');
 $broker->command('rtt all 100');
@@ -81,6 +84,35 @@ wait_load($load);
 ok(wait_for_empty($node, 120), '(b) the outbox drains');
 check_delivery('(b) withdrawn', committed_of($node, 4, 6),
 	[ grep { $_->{value} ne 'warm' } @{ consume($broker, 'withdrawn') } ]);
+
+# ---- (c) a release leaves in one request ----------------------------------
+# librdkafka's statistics (every second) after the last report of a round
+sub requests_sent
+{
+	sleep 2.5;
+	return sql('SELECT sum(requests) FROM outbox_kafka_brokers');
+}
+
+# Each round: 5 events in flight on the one partition, then 300 that wait
+# for their reports (100 ms away) and go together: two requests a round.
+use constant RELEASE_ROUNDS => 10;
+# (b) may have rebuilt the producer: the partition opened again first
+sql(q{SELECT outbox_send('release', 'warm', 'r')});
+ok(wait_for_empty($node, 30), '(c) the partition is warm');
+$broker->command('rtt all 100');
+my $requests = requests_sent();
+for my $round (1 .. RELEASE_ROUNDS)
+{
+	sql(q{SELECT count(outbox_send('release', 'head', 'r')) FROM generate_series(1, 5)});
+	Time::HiRes::sleep(0.03);
+	sql(q{SELECT count(outbox_send('release', 'tail ' || i, 'r')) FROM generate_series(1, 300) i});
+	ok(wait_for_empty($node, 30), "(c) round $round delivered");
+}
+$requests = requests_sent() - $requests;
+diag(sprintf('FIGURES release: requests=%d rounds=%d', $requests, RELEASE_ROUNDS));
+cmp_ok($requests, '<=', 2 * RELEASE_ROUNDS + 2, '(c) events released together leave in one request');
+my @release = @{ consume($broker, 'release') };
+is(scalar(grep { $_->{value} =~ /^tail/ } @release), 300 * RELEASE_ROUNDS, '(c) every released event arrived once');
 
 $node->stop;
 done_testing();

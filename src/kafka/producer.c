@@ -349,10 +349,12 @@ set_derived_properties(KafkaConf *kc, void *arg, char **error)
 		{"log.queue", "true"},
 
 		/*
-		 * An event goes out as soon as it is produced: under load, events
-		 * produced while a request is in flight make the next one bigger.
+		 * Kafka 4's own default. Events waiting for their partition
+		 * (kafka/partitions.c) are handed over one by one once its reports
+		 * come; with no linger, librdkafka's broker thread sends the first
+		 * of them before the rest arrive, and the rest a round trip later.
 		 */
-		{"linger.ms", "0"},
+		{"linger.ms", "5"},
 		/* requests pipelined on one connection must not wait for delayed ACKs */
 		{"socket.nagle.disable", "true"},
 		{"reconnect.backoff.ms", psprintf("%d", outbox_reconnect_backoff_min_ms())},

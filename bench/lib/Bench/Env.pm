@@ -60,6 +60,8 @@ outbox.worker_idle_timeout = 0
 	$node->append_conf('postgresql.conf', "wal_level = logical\nmax_wal_senders = 4\nmax_replication_slots = 4\n"
 		  . "listen_addresses = '127.0.0.1'\n")
 	  if $self->{logical};
+	# --set: a setting changed for the whole run (meta.outbox_settings shows it)
+	$node->append_conf('postgresql.conf', join('', map { s/=(.*)/ = '$1'\n/r } @{ $self->{settings} }));
 	$node->start;
 	$self->{node} = $node;
 	$self->sql('CREATE EXTENSION outbox');

@@ -24,6 +24,8 @@ use Time::HiRes ();
 
 use constant SEGMENT_S        => 5;
 use constant SEGMENT_MESSAGES => 15000;
+# the floor's linger.ms: the workers' own (src/kafka/producer.c; 0 until 2026-12-05)
+use constant FLOOR_LINGER_MS  => 5;
 
 # %o: label, rate (events/s), seconds, source ('outbox', 'producer', or
 # 'transactions': the plain producer one Kafka transaction at a time, as
@@ -48,8 +50,8 @@ use constant SEGMENT_MESSAGES => 15000;
 sub run
 {
 	my ($env, %o) = @_;
-	# at most SEGMENT_MESSAGES per segment on the mock: each is a message set
-	# of the plain producer (linger.ms=0), and the mock walks them all per fetch
+	# at most SEGMENT_MESSAGES per segment on the mock: at low rates each is
+	# a message set of the plain producer, and the mock walks them all per fetch
 	my ($seg_s, $seg_messages) = $env->segment_limits;
 	my $seg = POSIX::floor($seg_messages / $o{rate});
 	$seg = $seg_s if $seg > $seg_s;
@@ -158,7 +160,7 @@ sub start_source
 	}
 	my $commits = $env->file("commits_$topic");
 	my @cmd = ("$env->{helpers}/baseline-producer", '-b', $env->bootstrap, '-t', $topic,
-		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=0', '-S',
+		'-n', int($o->{rate} * $len), '-k', 1000, '-r', $o->{rate}, '-X', 'linger.ms=' . FLOOR_LINGER_MS, '-S',
 		($o->{source} eq 'transactions' ? ('-x', "bench-floor-$topic", '-l', $commits) : ()));
 	# the application's transactions beside it, at the same rate (a loaded floor)
 	my $beside = $o->{beside} && $env->pgbench_bg("$out.beside", $o->{beside}, '-c', 8, '-j', 2,
