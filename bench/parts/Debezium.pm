@@ -5,8 +5,11 @@
 # (--part debezium): it needs wal_level = logical (bench.pl sets it then)
 # and the jars tools/debezium/pom.xml pins (scripts/common.sh's
 # ensure_debezium_jars). Per run, in this order:
-#   pg_outbox (Connect stopped): latency at each rate, a backlog's drain;
-#   Debezium at its defaults, then tuned for latency: the same;
+#   pg_outbox (Connect stopped): latency at 1000/s and 3000/s, a backlog's
+#   drain, latency at 80 % of its maximum rate (Bench::Rate, once);
+#   Debezium at its defaults, then tuned for latency: the same, its
+#   maximum the lower of unthrottled pgbench with its transaction and its
+#   drain rate;
 #   what piles up while Kafka is down 60 s: Debezium's slot, then pg_outbox;
 #   the application's transaction: outbox_send vs Debezium's INSERT (with
 #   and without the DELETE Debezium recommends), with Connect stopped.
@@ -19,6 +22,7 @@ use strict;
 use warnings;
 use Bench::Util ();
 use Bench::Load;
+use Bench::Rate;
 use Bench::Stats qw(percentile ratio);
 use HTTP::Tiny;
 use KafkaCluster ();
@@ -53,6 +57,7 @@ sub run
 		  . "at " . join(', ', map { "$_->[1]/s" } @rates) . " for $cfg->{latency_seconds}s, drain of $n, "
 		  . "Kafka down $cfg->{dbz_outage_seconds}s, pgbench $cfg->{pgbench_seconds}s");
 	setup($env);
+	my $outbox_r80 = [ r80pct => int(0.8 * Bench::Rate::max_rate($ctx)) ];
 	for my $run (1 .. $ctx->{runs})
 	{
 		my %p99;
@@ -64,6 +69,8 @@ sub run
 			floor_latency($ctx, $run, @$r);
 		}
 		outbox_drain($ctx, $run, $n);
+		$p99{outbox}{r80pct} = outbox_latency($ctx, $run, @$outbox_r80);
+		floor_latency($ctx, $run, @$outbox_r80);
 		for my $mode (qw(default tuned))
 		{
 			my $c = start_connect($ctx, $run, $mode);
@@ -71,12 +78,13 @@ sub run
 			{
 				$p99{$mode}{ $r->[0] } = dbz_latency($ctx, $run, $c, @$r);
 			}
-			dbz_drain($ctx, $run, $c, $n);
+			my $max = dbz_max_rate($ctx, $run, $c, dbz_drain($ctx, $run, $c, $n));
+			$p99{$mode}{r80pct} = dbz_latency($ctx, $run, $c, r80pct => int(0.8 * $max));
 			dbz_outage($ctx, $run, $c) if $mode eq 'tuned';
 			stop_connect($c);
 			$res->record('debezium', "dbz_${mode}_connect_cpu_s_total", 's', $run, $c->{cpu_s});
 		}
-		for my $r (@rates)
+		for my $r (@rates, $outbox_r80)
 		{
 			$res->record('debezium', "$r->[0]_p99_outbox_to_tuned", 'outbox/debezium', $run,
 				ratio($p99{outbox}{ $r->[0] }, $p99{tuned}{ $r->[0] }));
@@ -248,6 +256,24 @@ sub dbz_drain
 	$res->record('debezium', "drain_outbox_to_dbz_$c->{mode}", 'outbox/debezium', $run,
 		ratio($res->{metrics}{'debezium outbox_drain_events_per_s'}{runs}[ $run - 1 ], $batches * 1000 / $elapsed));
 	$env->sql('TRUNCATE ' . TABLE);
+	return $batches * 1000 / $elapsed;
+}
+
+# Debezium's maximum rate, as Bench::Rate takes pg_outbox's: the lower of
+# unthrottled pgbench with its transaction (8 clients, the connector
+# running) and its drain rate; once every event of it arrived.
+sub dbz_max_rate
+{
+	my ($ctx, $run, $c, $drain) = @_;
+	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
+	my $topic = $env->fresh_topic("dbz_max_$c->{mode}");
+	warm_topics($env, $topic);
+	my $r = $env->pgbench(dbz_script($env, $topic, 1, "repeat('x', $cfg->{payload})"),
+		'-c', 8, '-j', 2, '-T', $cfg->{max_rate_seconds});
+	$res->record('debezium', "dbz_$c->{mode}_pgbench_max_tps", 'tps', $run, $r->{tps});
+	wait_topics($env, $r->{count} + 1, 600, $topic)
+	  or die "Debezium did not deliver the $r->{count} events of its maximum rate within 600 s";
+	return $res->record('debezium', "dbz_$c->{mode}_max_rate", 'events/s', $run, int($r->{tps} < $drain ? $r->{tps} : $drain));
 }
 
 # ---- Kafka down -----------------------------------------------------------
