@@ -25,6 +25,7 @@ use Bench::Load;
 use Bench::Rate;
 use Bench::Stats qw(percentile ratio);
 use HTTP::Tiny;
+use List::Util ();
 use KafkaCluster ();
 use OutboxTest qw(wait_until cpu_s thread_cpu_s);
 use POSIX ();
@@ -244,19 +245,20 @@ sub dbz_drain
 	rest($c, 'PUT', '/connectors/outbox/resume');
 	my $ok = wait_topics($env, $batches * 1000 + 1, 900, $topic);
 	my $elapsed = Time::HiRes::time() - $t0;
+	my $rate = $batches * 1000 / $elapsed;
 	@pids = connect_pids($env, $c);
 	my $cpu = cpu_s(@pids) - $cpu0;
 	die "Debezium did not drain $n events within 900 s" unless $ok;
 	my $p = "dbz_$c->{mode}_drain";
-	$res->record('debezium', "${p}_events_per_s", 'events/s', $run, $batches * 1000 / $elapsed);
+	$res->record('debezium', "${p}_events_per_s", 'events/s', $run, $rate);
 	$res->record('debezium', "${p}_seconds", 's', $run, $elapsed);
 	$res->record('debezium', "${p}_kafka_surplus", 'messages', $run, $env->kafka_total($topic) - 1 - $batches * 1000);
 	$res->record('debezium', "${p}_cpu_s_per_100k", 's', $run, $cpu / ($batches * 1000) * 1e5);
 	record_rss($res, $run, $p, \@pids);
 	$res->record('debezium', "drain_outbox_to_dbz_$c->{mode}", 'outbox/debezium', $run,
-		ratio($res->{metrics}{'debezium outbox_drain_events_per_s'}{runs}[ $run - 1 ], $batches * 1000 / $elapsed));
+		ratio($res->{metrics}{'debezium outbox_drain_events_per_s'}{runs}[ $run - 1 ], $rate));
 	$env->sql('TRUNCATE ' . TABLE);
-	return $batches * 1000 / $elapsed;
+	return $rate;
 }
 
 # Debezium's maximum rate, as Bench::Rate takes pg_outbox's: the lower of
@@ -273,7 +275,7 @@ sub dbz_max_rate
 	$res->record('debezium', "dbz_$c->{mode}_pgbench_max_tps", 'tps', $run, $r->{tps});
 	wait_topics($env, $r->{count} + 1, 600, $topic)
 	  or die "Debezium did not deliver the $r->{count} events of its maximum rate within 600 s";
-	return $res->record('debezium', "dbz_$c->{mode}_max_rate", 'events/s', $run, int($r->{tps} < $drain ? $r->{tps} : $drain));
+	return $res->record('debezium', "dbz_$c->{mode}_max_rate", 'events/s', $run, int(List::Util::min($r->{tps}, $drain)));
 }
 
 # ---- Kafka down -----------------------------------------------------------
