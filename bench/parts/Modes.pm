@@ -72,6 +72,8 @@ sub measure
 	$res->record('modes', "${m}_drain_requests_per_1000_events", 'requests', $run,
 		1000 * ($env->requests_sent - $tx) / $cfg->{drain_events});
 	$env->set_enabled(1);
+	# the loads start on brokers settled after the drain (Bench::Load)
+	$res->record('modes', "${m}_settle_loads", 'loads', $run, Bench::Load::settle_brokers($env));
 	for my $r ([ r1000 => 1000 ], [ r3000 => 3000 ])
 	{
 		my ($label, $rate) = @$r;
