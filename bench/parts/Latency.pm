@@ -28,11 +28,12 @@ sub run
 		  . " (80% of $max/s), 1 shard; floor: a plain producer at each rate");
 	$env->set_shards(1);
 	$env->set_enabled(1);
-	# the brokers' steady state first: whichever source loads first after
-	# the maximum rate's drain is slow for about a minute (Bench::Load)
-	$res->record('latency', 'settle_loads', 'loads', 1, Bench::Load::settle_brokers($env)) if $env->real_kafka;
 	for my $run (1 .. $ctx->{runs})
 	{
+		# the brokers' steady state first: whichever source loads first at
+		# 1000/s after the maximum rate's drain, or after the run before's
+		# highest rate, is slow for up to a minute (Bench::Load)
+		$res->record('latency', 'settle_loads', 'loads', $run, Bench::Load::settle_brokers($env)) if $env->real_kafka;
 		for my $r (@rates)
 		{
 			my ($label, $rate) = @$r;
