@@ -65,7 +65,7 @@ sub run
 		$env->set_shards(1);
 		$env->warm_up;
 		# each system's loads start on settled brokers (Bench::Load)
-		$res->record('debezium', 'settle_loads_outbox', 'loads', $run, Bench::Load::settle_brokers($env));
+		$res->record('debezium', 'settle_loads_outbox', 'loads', $run, Bench::Load::settle_brokers($env, after_backlog => 1));
 		for my $r (@rates)
 		{
 			$p99{outbox}{ $r->[0] } = outbox_latency($ctx, $run, @$r);
@@ -77,7 +77,7 @@ sub run
 		for my $mode (qw(default tuned))
 		{
 			my $c = start_connect($ctx, $run, $mode);
-			$res->record('debezium', "settle_loads_$mode", 'loads', $run, Bench::Load::settle_brokers($env));
+			$res->record('debezium', "settle_loads_$mode", 'loads', $run, Bench::Load::settle_brokers($env, after_backlog => 1));
 			for my $r (@rates)
 			{
 				$p99{$mode}{ $r->[0] } = dbz_latency($ctx, $run, $c, @$r);

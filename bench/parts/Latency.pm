@@ -33,7 +33,8 @@ sub run
 		# the brokers' steady state first: whichever source loads first at
 		# 1000/s after the maximum rate's drain, or after the run before's
 		# highest rate, is slow for up to a minute (Bench::Load)
-		$res->record('latency', 'settle_loads', 'loads', $run, Bench::Load::settle_brokers($env)) if $env->real_kafka;
+		$res->record('latency', 'settle_loads', 'loads', $run, Bench::Load::settle_brokers($env, after_backlog => $run == 1))
+		  if $env->real_kafka;
 		for my $r (@rates)
 		{
 			my ($label, $rate) = @$r;

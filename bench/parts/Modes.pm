@@ -73,7 +73,7 @@ sub measure
 		1000 * ($env->requests_sent - $tx) / $cfg->{drain_events});
 	$env->set_enabled(1);
 	# the loads start on brokers settled after the drain (Bench::Load)
-	$res->record('modes', "${m}_settle_loads", 'loads', $run, Bench::Load::settle_brokers($env));
+	$res->record('modes', "${m}_settle_loads", 'loads', $run, Bench::Load::settle_brokers($env, after_backlog => 1));
 	for my $r ([ r1000 => 1000 ], [ r3000 => 3000 ])
 	{
 		my ($label, $rate) = @$r;
