@@ -111,13 +111,11 @@ sub run
 
 # Brings the real cluster to its steady state before measured loads; returns
 # how many loads that took. %o: after_backlog (a drain or an outage since
-# the last measured load at 1000/s). After a large backlog (a drain, an outage) and
-# on a fresh cluster, the brokers take about a minute of load to be quick
-# again (their JVMs compile the small-request path, G1 resizes its young
-# generation): on 2026-12-05 whichever source loaded first at 1000/s took
-# 45-86 ms p50 and the next 7 ms, the plain producer as much as pg_outbox
-# (docs/performance.md, "The slow first load after a backlog: the brokers").
-# A fixed warm load of 10 s was too short.
+# the last measured load). After a backlog, and on a fresh cluster, the
+# brokers take about a minute of load to be quick again (their JVMs
+# compile the small-request path, G1 regrows its young generation):
+# whichever source loads first pays it (docs/performance.md, "The slow
+# first load after a backlog is the brokers'").
 sub settle_brokers
 {
 	my ($env, %o) = @_;
