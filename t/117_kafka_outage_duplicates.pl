@@ -5,7 +5,9 @@
 # it, and the proxy answers REQUEST_TIMED_OUT in its place, as a broker
 # back from a pause answers what waited too long for its followers. When a
 # later request of the partition succeeds, librdkafka reports the events of
-# the lost one delivered without an offset; the worker produces them again
+# the lost one delivered without an offset (the proxy holds the lost answer
+# until such a request went out, at most 2 s: left to chance, a CI run
+# once saw none); the worker produces them again
 # (src/kafka/errors.c), and only them: each at most one duplicate, and it
 # leaves what librdkafka holds to it (src/worker/worker.c,
 # withdraw_queued). (b) As bench/parts/Debezium.pm: every broker paused

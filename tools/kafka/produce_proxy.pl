@@ -11,25 +11,34 @@
 # And, the other way round, one whose answer is lost: passed on to the
 # broker, which writes it, and answered REQUEST_TIMED_OUT in its place, as
 # a broker that came back from a pause answers what waited for its
-# followers too long (t/117_kafka_outage_duplicates.pl).
+# followers too long (t/117_kafka_outage_duplicates.pl). That answer (and
+# those after it on the connection, which Kafka answers in order) waits
+# until a later request of one of its partitions has gone to the broker,
+# at most HOLD_S: librdkafka learns that the later one succeeded only
+# after the refusal, the case where it reports the lost one's messages
+# delivered without an offset. Left to chance, a quiet partition's retry
+# comes first and is answered with its offset.
 #
 # Usage: produce_proxy.pl LISTEN_PORT:BROKER_PORT ...  (127.0.0.1 only)
 # Prints "ready" once listening. SIGUSR1: each route refuses the next
 # Produce request a client sends through it, and prints "refused ...".
 # SIGUSR2: each route passes the next one on but answers it
-# REQUEST_TIMED_OUT, and prints "lost the answer to ... records=N".
+# REQUEST_TIMED_OUT, and prints "lost the answer to ... records=N" (and
+# "no later request of ..." if none came within HOLD_S).
 # Produce versions 3 to 8 (librdkafka 2.0.2 sends 7). Ends when stdin
 # closes.
 use strict;
 use warnings;
 use IO::Select;
 use IO::Socket::INET;
+use Time::HiRes qw(time);
 
 $| = 1;
 my $PRODUCE = 0;				# Kafka's api key of a Produce request
 my $NOT_ENOUGH_REPLICAS = 19;
 my $REQUEST_TIMED_OUT = 7;
-my (%listener_route, %peer, %client_route, %pending, %answers, %lose);
+my $HOLD_S = 2;
+my (%listener_route, %peer, %client_route, %pending, %answers, %lose, %held);
 my $select = IO::Select->new(\*STDIN);
 
 for my $route (@ARGV)
@@ -72,6 +81,7 @@ sub close_pair
 		delete $pending{$h};
 		delete $answers{$h};
 		delete $lose{$h};
+		delete $held{$h};
 		close $h;
 	}
 }
@@ -170,35 +180,78 @@ sub forward_requests
 		{
 			$route->{lose}--;
 			my ($version, $correlation, $topics, $records) = parse_produce($request);
-			$lose{ $peer{$client} }{$correlation} = [ $version, $topics ];
+			$lose{ $peer{$client} }{$correlation} =
+			  { version => $version, topics => $topics, followed => 0 };
 			print "lost the answer to Produce request $correlation (v$version) to port $route->{target}: ",
 			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), " records=$records\n";
 		}
+		elsif ($api_key == $PRODUCE && %{ $lose{ $peer{$client} } })
+		{
+			mark_followed($peer{$client}, $request);
+		}
 		write_all($peer{$client}, $request) or return close_pair($client);
+	}
+	forward_answers($peer{$client}) if $held{ $peer{$client} } && $held{ $peer{$client} }{lost}{followed};
+}
+
+# The lost answers on $broker that $request, a later Produce request,
+# shares a partition with.
+sub mark_followed
+{
+	my ($broker, $request) = @_;
+	my (undef, undef, $topics) = parse_produce($request);
+	my %sent = map { my $t = $_; map { ("$t->[0]:$_" => 1) } @{ $t->[1] } } @$topics;
+	for my $lost (values %{ $lose{$broker} })
+	{
+		$lost->{followed} ||= grep { my $t = $_; grep { $sent{"$t->[0]:$_"} } @{ $t->[1] } }
+		  @{ $lost->{topics} };
 	}
 }
 
-# A broker's answers go back whole, the lost ones replaced.
+# A broker's answers go back whole, in order, the lost ones replaced once
+# followed (or HOLD_S after they came).
 sub forward_answers
 {
 	my ($broker) = @_;
+	delete $held{$broker};
 	while (length $answers{$broker} >= 8)
 	{
 		my ($size, $correlation) = unpack('N N', $answers{$broker});
 		last if length $answers{$broker} < 4 + $size;
-		my $answer = substr($answers{$broker}, 0, 4 + $size, '');
-		if (my $lost = delete $lose{$broker}{$correlation})
+		my $lost = $lose{$broker}{$correlation};
+		if ($lost && !$lost->{followed})
 		{
-			$answer = produce_error_response($lost->[0], $correlation, $lost->[1],
+			$lost->{until} //= time + $HOLD_S;
+			$held{$broker} = { broker => $broker, lost => $lost, until => $lost->{until} };
+			return;
+		}
+		my $answer = substr($answers{$broker}, 0, 4 + $size, '');
+		if ($lost)
+		{
+			delete $lose{$broker}{$correlation};
+			$answer = produce_error_response($lost->{version}, $correlation, $lost->{topics},
 				$REQUEST_TIMED_OUT);
 		}
 		write_all($peer{$broker}, $answer) or return close_pair($broker);
 	}
 }
 
+# Held answers whose later request did not come in time go back anyway.
+sub release_expired
+{
+	for my $hold (grep { $_->{until} <= time } values %held)
+	{
+		$hold->{lost}{followed} = 1;
+		print 'no later request of ', join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @{ $hold->{lost}{topics} }),
+		  " within $HOLD_S s\n";
+		forward_answers($hold->{broker});
+	}
+}
+
 while (1)
 {
-	for my $s ($select->can_read(1))
+	release_expired();
+	for my $s ($select->can_read(0.05))
 	{
 		if ($s == \*STDIN)
 		{
