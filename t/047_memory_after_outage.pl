@@ -3,9 +3,10 @@
 # (outbox.window_bytes, 64 MB) again and again as deliveries time out;
 # then Kafka comes back and the worker drains the outbox. Once it is empty
 # and idle, the worker's private resident memory (RssAnon) must be back
-# within 64 MB (one window_bytes) of what it was before the outage: what it held for the
+# within 10 MB of what it was before the outage: what it held for the
 # window is freed, and freed memory must not stay resident in malloc's
-# arenas (worker.c, bound_malloc_retention).
+# arenas (src/worker/heap.c). With the fixed thresholds alone it stayed
+# 15-30 MB above (eight CI runs); without them, 189 MB.
 use strict;
 use warnings;
 use FindBin;
@@ -17,7 +18,7 @@ use List::Util ();
 use Time::HiRes qw(time sleep);
 
 my $events = 40_000;
-my $slack_mb = 64;    # one window_bytes
+my $slack_mb = 10;
 
 my $broker = start_broker(topics => ['after_outage:4']);
 my $node = new_outbox_node('after_outage', $broker, shards => 1);

@@ -36,6 +36,7 @@
 #include "table/durability.h"
 #include "table/queue.h"
 #include "worker/delivery.h"
+#include "worker/heap.h"
 #include "worker/lag_alert.h"
 #include "worker/schema_resolution.h"
 #include "worker/session.h"
@@ -44,9 +45,6 @@
 #include "worker/window.h"
 
 #include <ctype.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -1244,6 +1242,8 @@ deliver(WorkerState *st)
 		/* while a subscription holds the outbox, not yet */
 		st->adopted_orphans = (adopted >= 0);
 	}
+	if (due_now(outbox_heap_release_due(st->idle_since)))
+		outbox_heap_release(st->idle_since);
 	/* nothing to do for a while: leave, unless the outbox holds a row */
 	if (!st->read_wanted && due_now(outbox_sleep_due(st->idle_since)))
 	{
@@ -1395,6 +1395,7 @@ next_due(WorkerState *st)
 		drain_due(st),
 		time_out_due(st),
 		outbox_sleep_due(st->idle_since),
+		outbox_heap_release_due(st->idle_since),
 		/* a commit or abort that timed out is called again soon */
 		st->delivery->call_again_at(),
 	};
@@ -1487,23 +1488,6 @@ connect_to_database(WorkerState *st)
 	outbox_message_init(database_name);
 }
 
-/*
- * glibc's malloc raises its mmap threshold each time a large block is
- * freed, up to 32 MB: after the first large events, their copies (and
- * librdkafka's, in its threads' arenas) come from arenas that keep what
- * was freed, and the worker's resident memory grows past what it holds.
- * A fixed threshold maps every block of 128 kB or more on its own and
- * gives it back when freed, so memory follows outbox.window_bytes.
- */
-static void
-bound_malloc_retention(void)
-{
-#ifdef M_MMAP_THRESHOLD
-	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-	mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
-#endif
-}
-
 void
 outbox_worker_main(Datum main_arg)
 {
@@ -1523,7 +1507,7 @@ outbox_worker_main(Datum main_arg)
 	 */
 	ProcessConfigFile(PGC_SIGHUP);
 
-	bound_malloc_retention();
+	outbox_heap_bound_retention();
 	connect_to_database(st);
 	before_shmem_exit(drop_producer_at_exit, (Datum) 0);
 	st->window = outbox_window_create();
