@@ -43,6 +43,7 @@ my @TOOL_JVM = ('-Xmx256m', '-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1');
 
 my @clusters;
 my $CREATE_TOPICS = File::Basename::dirname(__FILE__) . '/../tools/js/create-topics.js';
+my $DELETE_TOPICS = File::Basename::dirname(__FILE__) . '/../tools/js/delete-topics.js';
 END { local $?; $_->stop for @clusters; }
 
 # start_kafka_cluster(dir => DIR, security => 0|1, acls => 0|1,
@@ -536,6 +537,17 @@ sub create_topics
 		my $replicas = $o{assignment} ? scalar @{ $o{assignment}[0] } : $o{replication} // 3;
 		$self->wait_topic($topic, $replicas) or die "topic $topic has no leaders";
 	}
+}
+
+# delete_topics(name, ...): one request of tools/js/delete-topics.js;
+# Kafka removes their files a minute later (file.delete.delay.ms).
+sub delete_topics
+{
+	my ($self, @topics) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', $DELETE_TOPICS, $self->bootstrap, @topics ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "deleting topics failed: $err";
 }
 
 sub _topic_spec

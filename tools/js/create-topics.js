@@ -12,28 +12,15 @@
 // Exit 0 when all were created; non-zero with the error on stderr.
 'use strict';
 
-const { Kafka, logLevel } = require('kafkajs');
+const { withAdmin, runTool } = require('./admin');
 
 async function main() {
   const [bootstrap] = process.argv.slice(2);
   if (!bootstrap) throw new Error('usage: create-topics.js <bootstrap> < topics.json');
   const topics = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-  const kafka = new Kafka({
-    clientId: 'pg-outbox-tests-admin',
-    brokers: bootstrap.split(','),
-    logLevel: logLevel.NOTHING,
-  });
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    const created = await admin.createTopics({ topics, waitForLeaders: true, timeout: 60000 });
-    if (!created) throw new Error('a topic of these exists already');
-  } finally {
-    await admin.disconnect();
-  }
+  const created = await withAdmin(bootstrap,
+    (admin) => admin.createTopics({ topics, waitForLeaders: true, timeout: 60000 }));
+  if (!created) throw new Error('a topic of these exists already');
 }
 
-main().catch((e) => {
-  process.stderr.write(`create-topics.js: ${e.message}\n`);
-  process.exit(1);
-});
+runTool('create-topics.js', main);

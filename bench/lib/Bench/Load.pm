@@ -101,6 +101,7 @@ sub run
 	if ($o{drained}) { $o{drained}->(\%r, @topics); }
 	elsif ($o{source} eq 'outbox') { $env->wait_empty(900); }
 	collect($env, \%r, $_, 1) for @pending;
+	$env->drop_topics(@topics);
 	my $sum = 0;
 	$sum += $_ for @tps;
 	$r{tps} = $sum / @tps;
