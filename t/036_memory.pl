@@ -9,7 +9,8 @@
 # miss, but which counts the shared buffers it touched too) under that +
 # shared_buffers, and all 2000 events must reach Kafka. Done once with
 # message_format = payload, once with envelope, once with large headers.
-# Without the worker's fixed malloc thresholds (src/worker/heap.c) the peak reached 193-265 MB with the envelope.
+# Without the worker's fixed malloc thresholds (src/worker/heap.c) the
+# peak reached 193-265 MB with the envelope.
 # The payloads compress to almost nothing (lz4), so the table stays small:
 # what is measured is the worker's copies, not the disk. The broker keeps
 # only the last ~5 MiB of a partition, so delivery is counted from the
