@@ -527,10 +527,7 @@ sub create_topics
 {
 	my ($self, @topics) = @_;
 	my $spec = JSON::PP::encode_json([ map { _topic_spec(@$_) } @topics ]);
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'node', $CREATE_TOPICS, $self->bootstrap ],
-		'<', \$spec, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
-	  or die "creating topics failed: $err";
+	$self->_admin_tool('creating topics', \$spec, $CREATE_TOPICS);
 	for (@topics)
 	{
 		my ($topic, %o) = @$_;
@@ -544,10 +541,18 @@ sub create_topics
 sub delete_topics
 {
 	my ($self, @topics) = @_;
+	$self->_admin_tool('deleting topics', \undef, $DELETE_TOPICS, @topics);
+}
+
+# One run of a tools/js admin script against this cluster, its stdin from
+# $input; dies with its stderr if it fails.
+sub _admin_tool
+{
+	my ($self, $what, $input, $script, @args) = @_;
 	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'node', $DELETE_TOPICS, $self->bootstrap, @topics ],
-		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
-	  or die "deleting topics failed: $err";
+	IPC::Run::run([ 'node', $script, $self->bootstrap, @args ],
+		'<', $input, '>', \$out, '2>', \$err, IPC::Run::timeout(120))
+	  or die "$what failed: $err";
 }
 
 sub _topic_spec
