@@ -67,10 +67,8 @@ sub measure
 	my ($ctx, $run, $m) = @_;
 	my ($env, $res, $cfg) = @$ctx{qw(env res cfg)};
 	my %f;
-	my $tx = $env->requests_sent;
+	# (with its requests per 1000 events: outbox_<mode>_drain_requests_per_1000)
 	$f{drain} = Bench::Part::Drain::drain_once($ctx, $run, "${m}_drain", 'modes');
-	$res->record('modes', "${m}_drain_requests_per_1000_events", 'requests', $run,
-		1000 * ($env->requests_sent - $tx) / $cfg->{drain_events});
 	$env->set_enabled(1);
 	# the loads start on brokers settled after the drain (Bench::Load)
 	$res->record('modes', "${m}_settle_loads", 'loads', $run, Bench::Load::settle_brokers($env, after_backlog => 1));
