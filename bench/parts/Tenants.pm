@@ -180,9 +180,7 @@ sub wait_all_empty
 sub warm_each
 {
 	my ($env, $dbs, $topic) = @_;
-	$env->sql("SELECT count(outbox_send('$topic', 'warm-up', 'warm-up-' || k)) FROM generate_series(1, "
-		  . WARM_KEYS . ') k', $_)
-	  for @$dbs;
+	$env->send_warm_up($_, WARM_KEYS, $topic) for @$dbs;
 	wait_all_empty($env, $dbs);
 }
 

@@ -114,9 +114,17 @@ use constant WARM_KEYS => 512;
 sub warm_topics
 {
 	my ($self, @topics) = @_;
-	$self->sql("SELECT count(outbox_send(t, 'warm-up', 'warm-up-' || k)) FROM unnest(ARRAY['"
-		  . join("', '", @topics) . "']) t, generate_series(1, " . WARM_KEYS . ") k");
+	$self->send_warm_up(undef, WARM_KEYS, @topics);
 	$self->wait_empty(120);
+}
+
+# The warm-up's events: $keys keyed events to each of @topics, sent in
+# database $db (undef: the benchmark's own).
+sub send_warm_up
+{
+	my ($self, $db, $keys, @topics) = @_;
+	$self->sql("SELECT count(outbox_send(t, 'warm-up', 'warm-up-' || k)) FROM unnest(ARRAY['"
+		  . join("', '", @topics) . "']) t, generate_series(1, $keys) k", $db);
 }
 
 # The sum of the end offsets of the topic's partitions (kcat -Q).
