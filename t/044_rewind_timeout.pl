@@ -58,6 +58,10 @@ $broker->command('rtt 2 0');
 ok(wait_query($node, 'postgres', q{SELECT NOT EXISTS (SELECT FROM outbox WHERE topic = 'hang')}, 60),
 	'the hang event is delivered once the broker answers');
 ok(scalar(grep { $_->{value} eq 'stuck' } @{ consume($broker, 'hang') }), 'it reached Kafka');
+# withdrawn from a request that went unanswered: Kafka may have it, and
+# the log says that it went again (a possible duplicate)
+like(log_since($node, $offset), qr/1 event\(s\) Kafka may have written are produced again: reported without an offset, or failed after an unanswered request/,
+	'the log counts the timed-out event as possibly written and produced again');
 
 $node->stop;
 $broker->stop;

@@ -196,6 +196,21 @@ report_message(OutboxProducer *producer, Message *message, int32 partition,
 	free_message(producer, message);
 }
 
+/*
+ * Whether a report leaves it open if Kafka wrote the message: delivered
+ * without an offset (kafka/errors.c), or failed, purged included, after a
+ * request that carried it went unanswered (librdkafka's "possibly
+ * persisted"). Such an event is produced again: the one kind of event that
+ * can arrive twice.
+ */
+static bool
+write_unconfirmed(const rd_kafka_message_t *message, rd_kafka_resp_err_t err)
+{
+	return err == UNPROVEN_DELIVERY ||
+		(err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+		 rd_kafka_message_status(message) == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED);
+}
+
 /* Served on this thread from poll/flush: records, never reports. */
 static void
 on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
@@ -214,6 +229,8 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque)
 		producer->progress.offset = message->offset;
 		return;
 	}
+	if (write_unconfirmed(message, err))
+		producer->unclaimed.unconfirmed++;
 	report_message(producer, produced, message->partition, err);
 }
 
@@ -939,6 +956,7 @@ claim_reports(OutboxProducer *producer, OutboxReports *reports)
 {
 	reports->delivered += producer->unclaimed.delivered;
 	reports->failed += producer->unclaimed.failed;
+	reports->unconfirmed += producer->unclaimed.unconfirmed;
 	memset(&producer->unclaimed, 0, sizeof(producer->unclaimed));
 }
 

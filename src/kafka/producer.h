@@ -14,6 +14,7 @@ typedef struct OutboxReports
 {
 	int			delivered;
 	int			failed;
+	int			unconfirmed;	/* of both: Kafka may or may not have it */
 } OutboxReports;
 
 /* What the delivery report of a transaction's progress record said. */

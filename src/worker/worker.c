@@ -500,6 +500,22 @@ time_out_in_flight(WorkerState *st)
 							 worker_name, outbox_window_in_flight(st->window))));
 }
 
+/*
+ * Events produced again though Kafka may have written them: the duplicates
+ * an outage can cause (docs/guarantees.md), each one said, for an operator
+ * tracing one and for t/117_kafka_outage_duplicates, which counts them.
+ */
+#define REPORTED_UNCONFIRMED "reported without an offset, or failed after an unanswered request"
+
+static void
+log_unconfirmed(int n, const char *why)
+{
+	if (n > 0)
+		ereport(LOG,
+				(errmsg("%s: %d event(s) Kafka may have written are produced again: %s",
+						worker_name, n, why)));
+}
+
 static void
 serve_reports(WorkerState *st)
 {
@@ -511,6 +527,7 @@ serve_reports(WorkerState *st)
 		return;
 	outbox_producer_serve(st->producer, &reports);
 	outbox_window_reported(st->window, &reports);
+	log_unconfirmed(reports.unconfirmed, REPORTED_UNCONFIRMED);
 	if (reports.delivered + reports.failed > 0)
 		st->warmup_reported = true;
 	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
@@ -587,8 +604,10 @@ give_up_late_reports(WorkerState *st)
 		return;
 	outbox_producer_purge(st->producer, &reports);
 	outbox_window_reported(st->window, &reports);
+	log_unconfirmed(reports.unconfirmed, REPORTED_UNCONFIRMED);
 	if (outbox_window_in_flight(st->window) > 0)
 	{
+		log_unconfirmed(outbox_window_in_flight(st->window), "no report before the producer was stopped");
 		drop_producer(st);
 		outbox_window_abandon(st->window, "no delivery report before the producer was stopped");
 	}

@@ -17,7 +17,12 @@
 # at most HOLD_S: librdkafka learns that the later one succeeded only
 # after the refusal, the case where it reports the lost one's messages
 # delivered without an offset. Left to chance, a quiet partition's retry
-# comes first and is answered with its offset.
+# comes first and is answered with its offset. And librdkafka sends no
+# later request to a partition with 5 messages unanswered (its count
+# against Kafka's 5 requests in flight), so the answer lost is that of
+# the next Produce request that leaves each of its partitions at most 4
+# records unanswered on the connection: a bigger one (a burst after a
+# slow answer) would be followed by none.
 #
 # Usage: produce_proxy.pl LISTEN_PORT:BROKER_PORT ...  (127.0.0.1 only)
 # Prints "ready" once listening. SIGUSR1: each route refuses the next
@@ -38,7 +43,8 @@ my $PRODUCE = 0;				# Kafka's api key of a Produce request
 my $NOT_ENOUGH_REPLICAS = 19;
 my $REQUEST_TIMED_OUT = 7;
 my $HOLD_S = 2;
-my (%listener_route, %peer, %client_route, %pending, %answers, %lose, %held);
+my $FOLLOWABLE = 4;			# librdkafka's in-flight limit, less one
+my (%listener_route, %peer, %client_route, %pending, %answers, %lose, %held, %unanswered, %counted);
 my $select = IO::Select->new(\*STDIN);
 
 for my $route (@ARGV)
@@ -65,6 +71,8 @@ sub accept_client
 	$pending{$client} = '';
 	$answers{$broker} = '';
 	$lose{$broker} = {};
+	$unanswered{$broker} = {};
+	$counted{$broker} = {};
 	$select->add($client, $broker);
 }
 
@@ -82,13 +90,16 @@ sub close_pair
 		delete $answers{$h};
 		delete $lose{$h};
 		delete $held{$h};
+		delete $unanswered{$h};
+		delete $counted{$h};
 		close $h;
 	}
 }
 
 
 # A Produce request (versions 3-8) as [topic, [partitions]], its version
-# and correlation id, and how many records its batches hold.
+# and correlation id, how many records its batches hold, and how many each
+# "topic:partition" holds.
 sub parse_produce
 {
 	my ($request) = @_;
@@ -101,6 +112,7 @@ sub parse_produce
 	$at += 4;
 	my @topics;
 	my $records = 0;
+	my %by_partition;
 	for (1 .. $ntopics)
 	{
 		my $name_len = unpack("x$at n", $request);
@@ -114,12 +126,14 @@ sub parse_produce
 			my ($partition, $records_len) = unpack("x$at N l>", $request);
 			push @partitions, $partition;
 			# a record batch's count is 57 bytes into it
-			$records += unpack('x' . ($at + 8 + 57) . ' N', $request) if $records_len >= 61;
+			$by_partition{"$name:$partition"} =
+			  $records_len >= 61 ? unpack('x' . ($at + 8 + 57) . ' N', $request) : 0;
+			$records += $by_partition{"$name:$partition"};
 			$at += 8 + ($records_len > 0 ? $records_len : 0);
 		}
 		push @topics, [ $name, \@partitions ];
 	}
-	return ($version, $correlation, \@topics, $records);
+	return ($version, $correlation, \@topics, $records, \%by_partition);
 }
 
 # Kafka's answer to it, had every partition been refused with $error.
@@ -176,7 +190,8 @@ sub forward_requests
 			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), "\n";
 			next;
 		}
-		if ($api_key == $PRODUCE && $route->{lose} > 0)
+		my $lost = $api_key == $PRODUCE && $route->{lose} > 0 && followable($peer{$client}, $request);
+		if ($lost)
 		{
 			$route->{lose}--;
 			my ($version, $correlation, $topics, $records) = parse_produce($request);
@@ -189,9 +204,38 @@ sub forward_requests
 		{
 			mark_followed($peer{$client}, $request);
 		}
+		count_unanswered($peer{$client}, $request) if $api_key == $PRODUCE;
 		write_all($peer{$client}, $request) or return close_pair($client);
 	}
 	forward_answers($peer{$client}) if $held{ $peer{$client} } && $held{ $peer{$client} }{lost}{followed};
+}
+
+# Whether librdkafka can send a later request to each partition of
+# $request, a Produce request to $broker, before its answer comes: at most
+# $FOLLOWABLE records of the partition unanswered with it.
+sub followable
+{
+	my ($broker, $request) = @_;
+	my (undef, undef, undef, undef, $by_partition) = parse_produce($request);
+	return !grep { ($unanswered{$broker}{$_} // 0) + $by_partition->{$_} > $FOLLOWABLE } keys %$by_partition;
+}
+
+# The records of each partition that $broker has not answered yet: a
+# request's are counted as it goes, and taken off as its answer comes back
+# (only versions parse_produce understands: the others are never lost).
+sub count_unanswered
+{
+	my ($broker, $request) = @_;
+	my (undef, $correlation, undef, undef, $by_partition) = eval { parse_produce($request) } or return;
+	$counted{$broker}{$correlation} = $by_partition;
+	$unanswered{$broker}{$_} += $by_partition->{$_} for keys %$by_partition;
+}
+
+sub uncount_answered
+{
+	my ($broker, $correlation) = @_;
+	my $by_partition = delete $counted{$broker}{$correlation} or return;
+	$unanswered{$broker}{$_} -= $by_partition->{$_} for keys %$by_partition;
 }
 
 # The lost answers on $broker that $request, a later Produce request,
@@ -226,6 +270,7 @@ sub forward_answers
 			return;
 		}
 		my $answer = substr($answers{$broker}, 0, 4 + $size, '');
+		uncount_answered($broker, $correlation);
 		if ($lost)
 		{
 			delete $lose{$broker}{$correlation};
