@@ -505,8 +505,6 @@ time_out_in_flight(WorkerState *st)
  * an outage can cause (docs/guarantees.md), each one said, for an operator
  * tracing one and for t/117_kafka_outage_duplicates, which counts them.
  */
-#define REPORTED_UNCONFIRMED "reported without an offset, or failed after an unanswered request"
-
 static void
 log_unconfirmed(int n, const char *why)
 {
@@ -514,6 +512,15 @@ log_unconfirmed(int n, const char *why)
 		ereport(LOG,
 				(errmsg("%s: %d event(s) Kafka may have written are produced again: %s",
 						worker_name, n, why)));
+}
+
+/* Reports served: the window takes them, and what they leave open is said. */
+static void
+take_reports(WorkerState *st, const OutboxReports *reports)
+{
+	outbox_window_reported(st->window, reports);
+	log_unconfirmed(reports->unconfirmed,
+					"reported without an offset, or failed after an unanswered request");
 }
 
 static void
@@ -526,8 +533,7 @@ serve_reports(WorkerState *st)
 	if (st->producer == NULL)
 		return;
 	outbox_producer_serve(st->producer, &reports);
-	outbox_window_reported(st->window, &reports);
-	log_unconfirmed(reports.unconfirmed, REPORTED_UNCONFIRMED);
+	take_reports(st, &reports);
 	if (reports.delivered + reports.failed > 0)
 		st->warmup_reported = true;
 	if (outbox_window_failed(st->window) > 0 && !st->rewinding)
@@ -603,8 +609,7 @@ give_up_late_reports(WorkerState *st)
 	if (!due_now(drain_due(st)))
 		return;
 	outbox_producer_purge(st->producer, &reports);
-	outbox_window_reported(st->window, &reports);
-	log_unconfirmed(reports.unconfirmed, REPORTED_UNCONFIRMED);
+	take_reports(st, &reports);
 	if (outbox_window_in_flight(st->window) > 0)
 	{
 		log_unconfirmed(outbox_window_in_flight(st->window), "no report before the producer was stopped");

@@ -97,9 +97,9 @@ sub close_pair
 }
 
 
-# A Produce request (versions 3-8) as [topic, [partitions]], its version
-# and correlation id, how many records its batches hold, and how many each
-# "topic:partition" holds.
+# A Produce request (versions 3-8): its version, correlation id, topics
+# as [topic, [partitions]], how many records its batches hold, and how
+# many each "topic:partition" holds.
 sub parse_produce
 {
 	my ($request) = @_;
@@ -133,7 +133,8 @@ sub parse_produce
 		}
 		push @topics, [ $name, \@partitions ];
 	}
-	return ($version, $correlation, \@topics, $records, \%by_partition);
+	return { version => $version, correlation => $correlation, topics => \@topics,
+		records => $records, by_partition => \%by_partition };
 }
 
 # Kafka's answer to it, had every partition been refused with $error.
@@ -180,55 +181,54 @@ sub forward_requests
 		my ($size, $api_key) = unpack('N n', $pending{$client});
 		last if length $pending{$client} < 4 + $size;
 		my $request = substr($pending{$client}, 0, 4 + $size, '');
-		if ($api_key == $PRODUCE && $route->{refuse} > 0)
+		# parsed once; a version not understood fails only a refusal or a loss
+		my $p = $api_key == $PRODUCE ? eval { parse_produce($request) } // { error => $@ } : undef;
+		if ($p && $route->{refuse} > 0)
 		{
 			$route->{refuse}--;
-			my ($version, $correlation, $topics) = parse_produce($request);
-			write_all($client, produce_error_response($version, $correlation, $topics,
+			die $p->{error} if $p->{error};
+			write_all($client, produce_error_response($p->{version}, $p->{correlation}, $p->{topics},
 				$NOT_ENOUGH_REPLICAS)) or return close_pair($client);
-			print "refused Produce request $correlation (v$version) to port $route->{target}: ",
-			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), "\n";
+			print "refused Produce request $p->{correlation} (v$p->{version}) to port $route->{target}: ",
+			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @{ $p->{topics} }), "\n";
 			next;
 		}
-		my $lost = $api_key == $PRODUCE && $route->{lose} > 0 && followable($peer{$client}, $request);
-		if ($lost)
+		die $p->{error} if $p && $p->{error} && ($route->{lose} > 0 || %{ $lose{ $peer{$client} } });
+		if ($p && $route->{lose} > 0 && followable($peer{$client}, $p))
 		{
 			$route->{lose}--;
-			my ($version, $correlation, $topics, $records) = parse_produce($request);
-			$lose{ $peer{$client} }{$correlation} =
-			  { version => $version, topics => $topics, followed => 0 };
-			print "lost the answer to Produce request $correlation (v$version) to port $route->{target}: ",
-			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @$topics), " records=$records\n";
+			$lose{ $peer{$client} }{ $p->{correlation} } =
+			  { version => $p->{version}, topics => $p->{topics}, followed => 0 };
+			print "lost the answer to Produce request $p->{correlation} (v$p->{version}) to port $route->{target}: ",
+			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @{ $p->{topics} }), " records=$p->{records}\n";
 		}
-		elsif ($api_key == $PRODUCE && %{ $lose{ $peer{$client} } })
+		elsif ($p && %{ $lose{ $peer{$client} } })
 		{
-			mark_followed($peer{$client}, $request);
+			mark_followed($peer{$client}, $p);
 		}
-		count_unanswered($peer{$client}, $request) if $api_key == $PRODUCE;
+		count_unanswered($peer{$client}, $p) if $p && !$p->{error};
 		write_all($peer{$client}, $request) or return close_pair($client);
 	}
 	forward_answers($peer{$client}) if $held{ $peer{$client} } && $held{ $peer{$client} }{lost}{followed};
 }
 
-# Whether librdkafka can send a later request to each partition of
-# $request, a Produce request to $broker, before its answer comes: at most
+# Whether librdkafka can send a later request to each partition of $p, a
+# parsed Produce request to $broker, before its answer comes: at most
 # $FOLLOWABLE records of the partition unanswered with it.
 sub followable
 {
-	my ($broker, $request) = @_;
-	my (undef, undef, undef, undef, $by_partition) = parse_produce($request);
+	my ($broker, $p) = @_;
+	my $by_partition = $p->{by_partition};
 	return !grep { ($unanswered{$broker}{$_} // 0) + $by_partition->{$_} > $FOLLOWABLE } keys %$by_partition;
 }
 
 # The records of each partition that $broker has not answered yet: a
-# request's are counted as it goes, and taken off as its answer comes back
-# (only versions parse_produce understands: the others are never lost).
+# request's are counted as it goes, and taken off as its answer comes back.
 sub count_unanswered
 {
-	my ($broker, $request) = @_;
-	my (undef, $correlation, undef, undef, $by_partition) = eval { parse_produce($request) } or return;
-	$counted{$broker}{$correlation} = $by_partition;
-	$unanswered{$broker}{$_} += $by_partition->{$_} for keys %$by_partition;
+	my ($broker, $p) = @_;
+	$counted{$broker}{ $p->{correlation} } = $p->{by_partition};
+	$unanswered{$broker}{$_} += $p->{by_partition}{$_} for keys %{ $p->{by_partition} };
 }
 
 sub uncount_answered
@@ -238,13 +238,12 @@ sub uncount_answered
 	$unanswered{$broker}{$_} -= $by_partition->{$_} for keys %$by_partition;
 }
 
-# The lost answers on $broker that $request, a later Produce request,
-# shares a partition with.
+# The lost answers on $broker that $p, a later Produce request, shares a
+# partition with.
 sub mark_followed
 {
-	my ($broker, $request) = @_;
-	my (undef, undef, $topics) = parse_produce($request);
-	my %sent = map { my $t = $_; map { ("$t->[0]:$_" => 1) } @{ $t->[1] } } @$topics;
+	my ($broker, $p) = @_;
+	my %sent = map { ($_ => 1) } keys %{ $p->{by_partition} };
 	for my $lost (values %{ $lose{$broker} })
 	{
 		$lost->{followed} ||= grep { my $t = $_; grep { $sent{"$t->[0]:$_"} } @{ $t->[1] } }
