@@ -91,6 +91,22 @@ sub fresh_topic
 	return $name;
 }
 
+# Waits, on real Kafka, until fresh topics' followers fetch them. A
+# follower's fetch request already waiting on a leader (up to
+# replica.fetch.wait.max.ms, 500 ms) names only the partitions it followed
+# when it was sent, and an acks=all produce waits for the followers: on a
+# topic created just before its load, the load's first requests waited
+# 290-300 ms for those fetches to time out (the brokers' request log), a
+# stall no long-lived topic has (docs/performance.md, "A load's first
+# second"). 1.5 s after the topics were created none did, in 8 loads.
+use constant FOLLOWERS_FETCH_S => 1.5;
+
+sub await_followers
+{
+	my ($self) = @_;
+	Time::HiRes::sleep(FOLLOWERS_FETCH_S) if $self->real_kafka;
+}
+
 # Deletes topics a load is done with, on real Kafka: every load writes to
 # fresh topics, and three brokers on two cores slow down as partitions
 # pile up (600 partitions: the plain producer's p50 at 1000/s 35-39 ms
@@ -110,12 +126,25 @@ sub drop_topics
 # miss a (shard, partition) pair with a chance under 1e-8 with 2 shards,
 # about 1e-3 with 4.
 use constant WARM_KEYS => 512;
+# After one round every partition of a fresh topic holds more than
+# index.interval.bytes (4096) and no offset index entry yet, so its next
+# append writes the segment's first one, into a page of the memory-mapped
+# index never touched before: that page fault held each partition's first
+# request of the load 8-17 ms (median) on the leader and as long on each
+# follower, all 12 partitions at once and, one request at a time per
+# connection, the load's first quarter second (docs/performance.md, "A
+# load's first second"). The second round takes it before the load, as a
+# long-lived topic did long before.
+use constant WARM_ROUNDS => 2;
 
 sub warm_topics
 {
 	my ($self, @topics) = @_;
-	$self->send_warm_up(undef, WARM_KEYS, @topics);
-	$self->wait_empty(120);
+	for (1 .. WARM_ROUNDS)
+	{
+		$self->send_warm_up(undef, WARM_KEYS, @topics);
+		$self->wait_empty(120);
+	}
 }
 
 # The warm-up's events: $keys keyed events to each of @topics, sent in

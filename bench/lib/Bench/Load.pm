@@ -75,6 +75,7 @@ sub run
 	# them, for up to a second (the plain producer does so before its
 	# clock starts)
 	my @topics = map { $env->fresh_topic($o{label}) } 1 .. $n;
+	$env->await_followers;
 	if ($o{warm}) { $o{warm}->(@topics); }
 	elsif ($o{source} eq 'outbox') { $env->warm_topics(@topics); }
 	my $next = $env->start_consumer($topics[0]);
