@@ -181,19 +181,20 @@ sub forward_requests
 		my ($size, $api_key) = unpack('N n', $pending{$client});
 		last if length $pending{$client} < 4 + $size;
 		my $request = substr($pending{$client}, 0, 4 + $size, '');
-		# parsed once; a version not understood fails only a refusal or a loss
-		my $p = $api_key == $PRODUCE ? eval { parse_produce($request) } // { error => $@ } : undef;
+		# parsed once; a version parse_produce does not understand fails
+		# only a refusal or a loss, and is otherwise forwarded uncounted
+		my $must_parse = $route->{refuse} > 0 || $route->{lose} > 0 || %{ $lose{ $peer{$client} } };
+		my $p = $api_key != $PRODUCE ? undef
+		  : $must_parse ? parse_produce($request) : eval { parse_produce($request) };
 		if ($p && $route->{refuse} > 0)
 		{
 			$route->{refuse}--;
-			die $p->{error} if $p->{error};
 			write_all($client, produce_error_response($p->{version}, $p->{correlation}, $p->{topics},
 				$NOT_ENOUGH_REPLICAS)) or return close_pair($client);
 			print "refused Produce request $p->{correlation} (v$p->{version}) to port $route->{target}: ",
 			  join(' ', map { "$_->[0]@[@{ $_->[1] }]" } @{ $p->{topics} }), "\n";
 			next;
 		}
-		die $p->{error} if $p && $p->{error} && ($route->{lose} > 0 || %{ $lose{ $peer{$client} } });
 		if ($p && $route->{lose} > 0 && followable($peer{$client}, $p))
 		{
 			$route->{lose}--;
@@ -206,7 +207,7 @@ sub forward_requests
 		{
 			mark_followed($peer{$client}, $p);
 		}
-		count_unanswered($peer{$client}, $p) if $p && !$p->{error};
+		count_unanswered($peer{$client}, $p) if $p;
 		write_all($peer{$client}, $request) or return close_pair($client);
 	}
 	forward_answers($peer{$client}) if $held{ $peer{$client} } && $held{ $peer{$client} }{lost}{followed};
